@@ -1,0 +1,1 @@
+"""One Altair spec per seed figure, built only from warehouse query results."""

@@ -1,0 +1,1 @@
+"""Reading sniffed-qk datasets and computing the seeds' per-head metrics (numpy)."""

@@ -1,0 +1,153 @@
+"""Planning and running an ingest: GQA groups of heads, each key file read once.
+
+A :class:`HeadGroup` is one key head and the query heads that read it. Groups are consumed
+lazily (a Hub source yields one as soon as its files are local), processed in worker processes
+with one BLAS thread each, and their rows streamed to the caller: memory stays bounded by a few
+groups whatever the model size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+import multiprocessing as mp
+
+from qkdb.errors import InputError, QkdbError
+from qkdb.ingest.head import HeadContext, HeadRows, compute_head, prepare
+from qkdb.ingest.layout import Discovery, HeadFile, head_dir_name, read_head
+from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.registry import ModelSpec
+from qkdb.ingest.select import HeadSelection
+
+
+@dataclass(frozen=True)
+class HeadGroup:
+    layer: int
+    kv_head: int
+    key: HeadFile
+    queries: tuple[HeadFile, ...]
+
+
+@dataclass
+class HeadOutcome:
+    layer: int
+    head: int
+    rows: HeadRows | None = None
+    error: str | None = None
+
+
+def plan_groups(discovery: Discovery, gqa_ratio: int, selection: HeadSelection | None = None) -> list[HeadGroup]:
+    """Group the selected query heads by their key head (``head // gqa_ratio``).
+
+    Raises :class:`InputError` naming the key folders the mapping needs but the dataset lacks.
+    """
+    if gqa_ratio < 1:
+        raise InputError(f"gqa_ratio must be >= 1, got {gqa_ratio}")
+    selection = selection or HeadSelection()
+    queries = [hf for (l, h), hf in sorted(discovery.queries.items()) if selection.matches(l, h)]
+    if not queries:
+        raise InputError(f"{discovery.root}: no query heads match the selection")
+    groups: dict[tuple[int, int], list[HeadFile]] = {}
+    for hf in queries:
+        groups.setdefault((hf.layer, hf.head // gqa_ratio), []).append(hf)
+    missing = sorted(head_dir_name(l, g, "k") for (l, g) in groups if (l, g) not in discovery.keys)
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise InputError(
+            f"{discovery.root}: key head folder(s) missing for the GQA mapping "
+            f"(key head = query head // {gqa_ratio}): {shown}; check --gqa-ratio"
+        )
+    return [HeadGroup(l, g, discovery.keys[(l, g)], tuple(qs)) for (l, g), qs in sorted(groups.items())]
+
+
+def collage_heads(heads: list[tuple[int, int]], options: IngestOptions) -> set[tuple[int, int]]:
+    """The heads whose complement scores go into `points`: the seeds' random.Random(42) sample plus any asked for."""
+    chosen = set(random.Random(42).sample(sorted(heads), min(options.n_collage, len(heads))))
+    return chosen | set(options.collage_heads)
+
+
+def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool) -> HeadContext:
+    n_layers = spec.n_layers or (layer + 1)
+    depth = layer / (n_layers - 1) if n_layers > 1 else 0.0
+    return HeadContext(
+        layer=layer,
+        head=head,
+        kv_head=kv_head,
+        depth=depth,
+        depth_bin=min(9, int(math.floor(10 * depth))),
+        is_nope=layer in spec.nope_layers,
+        collage=collage,
+    )
+
+
+def process_group(
+    group: HeadGroup, spec: ModelSpec, options: IngestOptions, collage: frozenset[tuple[int, int]]
+) -> list[HeadOutcome]:
+    """All query heads of one group: the key file is read and reduced to moments once."""
+    try:
+        k = prepare(read_head(group.key.path), str(group.key.path), options, (group.layer, group.kv_head, 1))
+    except QkdbError as exc:
+        return [HeadOutcome(q.layer, q.head, error=str(exc)) for q in group.queries]
+    out = []
+    for qf in group.queries:
+        try:
+            q = prepare(read_head(qf.path), str(qf.path), options, (qf.layer, qf.head, 0))
+            ctx = _context(spec, qf.layer, qf.head, group.kv_head, (qf.layer, qf.head) in collage)
+            out.append(HeadOutcome(qf.layer, qf.head, rows=compute_head(q, k, ctx, options)))
+        except QkdbError as exc:
+            out.append(HeadOutcome(qf.layer, qf.head, error=str(exc)))
+    return out
+
+
+def _init_worker() -> None:
+    # Worker processes share the cores: one BLAS thread each avoids oversubscription.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context(method), initializer=_init_worker)
+
+
+def run_groups(
+    groups: Iterable[HeadGroup],
+    spec: ModelSpec,
+    options: IngestOptions,
+    collage: set[tuple[int, int]],
+    workers: int = 1,
+    on_outcome: Callable[[HeadOutcome], None] | None = None,
+) -> Iterator[HeadOutcome]:
+    """Process groups (lazily consumed) and yield each head's outcome as it completes."""
+    frozen = frozenset(collage)
+    if workers <= 1:
+        for group in groups:
+            yield from process_group(group, spec, options, frozen)
+        return
+    in_flight: set[Future] = set()
+    limit = 2 * workers  # bounded look-ahead keeps memory flat
+    it = iter(groups)
+    exhausted = False
+    with _pool(workers) as pool:
+        while True:
+            while not exhausted and len(in_flight) < limit:
+                try:
+                    group = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                in_flight.add(pool.submit(process_group, group, spec, options, frozen))
+            if not in_flight:
+                return
+            done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield from fut.result()
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))

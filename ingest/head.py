@@ -1,0 +1,114 @@
+"""Every per-head computation: from one query file and its key file to warehouse rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qkdb.errors import InputError
+from qkdb.ingest.layout import HeadData
+from qkdb.ingest.moments import Moments, moments
+from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.pca import combined_pca, lda_balanced_accuracy
+from qkdb.ingest.rotation import planar_rotation
+
+
+@dataclass
+class KindData:
+    """One file's vectors after validation and subsampling, with their moments."""
+
+    data: HeadData
+    moments: Moments
+    source: str  # file path, for error messages
+
+
+@dataclass
+class HeadContext:
+    """Facts about the head that do not come from its vectors."""
+
+    layer: int
+    head: int
+    kv_head: int
+    depth: float
+    depth_bin: int
+    is_nope: bool
+    collage: bool  # store complement scores in `points`
+
+
+@dataclass
+class HeadRows:
+    """Rows for each warehouse table produced by one head (column -> array or scalar)."""
+
+    layer: int
+    head: int
+    tables: dict[str, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...]) -> KindData:
+    """Validate and subsample one file's vectors, then take their moments (once per file)."""
+    n = len(data.positions)
+    if options.max_vectors is not None and n > options.max_vectors:
+        rng = np.random.default_rng((options.seed, *rng_key))
+        idx = np.sort(rng.choice(n, size=options.max_vectors, replace=False))
+        data = HeadData(
+            data.vectors[idx],
+            data.positions[idx],
+            None if data.example_id is None else data.example_id[idx],
+            data.n_dropped,
+            data.sliding_window,
+        )
+        n = options.max_vectors
+    if n < options.min_vectors:
+        raise InputError(f"{source}: {n} usable vectors, fewer than the minimum {options.min_vectors}")
+    return KindData(data, moments(data.vectors, data.positions), source)
+
+
+def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions) -> HeadRows:
+    """PCA, rotation (and the complement stage) of one query head and its key head."""
+    if q.moments.d != k.moments.d:
+        raise InputError(
+            f"{q.source}: head_dim {q.moments.d} differs from its key head's {k.moments.d} ({k.source})"
+        )
+    rows = HeadRows(ctx.layer, ctx.head)
+    pca = combined_pca(q.moments, k.moments, options.n_components)
+    rot = planar_rotation(q.moments, k.moments, options.b_method)
+    if rot.note:
+        rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: {rot.note}; rotation metrics are NULL")
+
+    Q, K = q.data.vectors, k.data.vectors
+    # Centred projections on the first two canonical PCs: LDA accuracy and scatter points.
+    V2 = pca.components[:2]
+    P_q = (Q - pca.mean) @ V2.T
+    P_k = (K - pca.mean) @ V2.T
+    acc = lda_balanced_accuracy(P_q, P_k) if V2.shape[0] == 2 else np.nan
+
+    t_all = np.concatenate([q.data.positions, k.data.positions])
+    rows.tables["heads"] = {
+        "layer": ctx.layer,
+        "head": ctx.head,
+        "kv_head": ctx.kv_head,
+        "head_dim": q.moments.d,
+        "n_q": q.moments.n,
+        "n_k": k.moments.n,
+        "n_dropped": q.data.n_dropped + k.data.n_dropped,
+        "position_min": int(t_all.min()),
+        "position_max": int(t_all.max()),
+        "sliding_window": q.data.sliding_window,
+        "depth": ctx.depth,
+        "depth_bin": ctx.depth_bin,
+        "is_nope": ctx.is_nope,
+        **pca.head,
+        "qk_accuracy_pc01": acc,
+    }
+    n_pc = len(pca.columns["pc"])
+    rows.tables["pca"] = {"layer": np.full(n_pc, ctx.layer), "head": np.full(n_pc, ctx.head), **pca.columns}
+    rows.tables["rotation"] = {
+        "layer": ctx.layer,
+        "head": ctx.head,
+        **rot.columns,
+        "b_method": options.b_method if rot.b is not None else None,
+    }
+    # complement/rope/points stage: filled by ingest.complement, ingest.rope_planes, ingest.points.
+    return rows

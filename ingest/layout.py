@@ -1,0 +1,238 @@
+"""The sniffed-qk on-disk layout (SPEC §3.1): discover, read and write head folders.
+
+A dataset root holds, at any depth, one folder per captured head named ``l{LL}h{HH}{q|k}``
+with a ``data.parquet`` inside. Query folders use the query-head index, key folders the
+KV-head index. An optional ``qkdb_dataset.json`` at the root records the model facts
+(written by ``qkdb simulate`` and ``qkdb sniff``) so that ``qkdb ingest --path`` needs no flags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from qkdb.errors import InputError
+
+HEAD_DIR = re.compile(r"^l(\d{2,3})h(\d{2,3})([qk])$")
+DATA_FILE = "data.parquet"
+METADATA_FILE = "qkdb_dataset.json"
+
+
+@dataclass(frozen=True)
+class HeadFile:
+    """One captured head folder: ``kind`` is ``"q"`` or ``"k"``; ``head`` is the KV index for keys."""
+
+    layer: int
+    head: int
+    kind: str
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return head_dir_name(self.layer, self.head, self.kind)
+
+
+@dataclass
+class Discovery:
+    """What a scan of a dataset root found."""
+
+    root: Path
+    queries: dict[tuple[int, int], HeadFile] = field(default_factory=dict)
+    keys: dict[tuple[int, int], HeadFile] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HeadData:
+    """Vectors of one head file in float64 with their positions (rows with non-finite values dropped)."""
+
+    vectors: np.ndarray  # (n, d) float64
+    positions: np.ndarray  # (n,) float64
+    example_id: np.ndarray | None  # (n,) int64 or None when the file has no such column
+    n_dropped: int
+    sliding_window: int | None = None
+
+
+def head_dir_name(layer: int, head: int, kind: str) -> str:
+    """The folder name of a head, e.g. ``head_dir_name(3, 7, "q") == "l03h07q"``."""
+    if kind not in ("q", "k"):
+        raise ValueError(f"kind must be 'q' or 'k', got {kind!r}")
+    return f"l{layer:02d}h{head:02d}{kind}"
+
+
+def discover(root: str | os.PathLike) -> Discovery:
+    """Find every head folder below ``root`` (any depth, hidden folders skipped).
+
+    Raises :class:`InputError` when the root is missing, when two folders claim the same
+    head, or when nothing at all is found.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"{root}: no such dataset directory")
+    found = Discovery(root=root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        here = Path(dirpath)
+        if here == root:
+            continue
+        m = HEAD_DIR.match(here.name)
+        if not m:
+            if DATA_FILE in filenames:
+                found.ignored.append(str(here.relative_to(root)))
+            continue
+        dirnames[:] = []  # head folders hold files, not more heads
+        if DATA_FILE not in filenames:
+            found.ignored.append(str(here.relative_to(root)))
+            continue
+        layer, head, kind = int(m.group(1)), int(m.group(2)), m.group(3)
+        hf = HeadFile(layer, head, kind, here / DATA_FILE)
+        table = found.queries if kind == "q" else found.keys
+        if (layer, head) in table:
+            other = table[(layer, head)].path.parent
+            raise InputError(
+                f"{root}: head {hf.name} appears twice: {other.relative_to(root)} and {here.relative_to(root)}"
+            )
+        table[(layer, head)] = hf
+    if not found.queries:
+        raise InputError(f"{root}: no query head folders (l{{LL}}h{{HH}}q/data.parquet) found")
+    return found
+
+
+def read_metadata(root: str | os.PathLike) -> dict:
+    """The dataset's ``qkdb_dataset.json`` as a dict, or ``{}`` when there is none."""
+    path = Path(root) / METADATA_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def write_metadata(root: str | os.PathLike, facts: dict) -> Path:
+    path = Path(root) / METADATA_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _vector_values(col: pa.Array, path: Path) -> tuple[pa.Array, int]:
+    """Flat float values and the dimension of a FixedSizeList or list vector column without nulls."""
+    t = col.type
+    if pa.types.is_fixed_size_list(t):
+        d = t.list_size
+        values = col.flatten()
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        if len(lengths) == 0:
+            d = 0
+        else:
+            d = int(lengths[0])
+            if not np.all(lengths == d):
+                raise InputError(
+                    f"{path}: vectors have different lengths ({int(lengths.min())}..{int(lengths.max())})"
+                )
+        values = col.flatten()
+    else:
+        raise InputError(f"{path}: column 'vector' has type {t}; expected a list of floats")
+    if not (pa.types.is_floating(values.type)):
+        raise InputError(f"{path}: column 'vector' holds {values.type}; expected float16/float32/float64")
+    return values, d
+
+
+def read_head(path: str | os.PathLike) -> HeadData:
+    """Read one ``data.parquet`` into float64 arrays, once, without Python loops over rows.
+
+    Accepts FixedSizeList or list vectors of float16/32/64. Rows whose vector or position is
+    null or non-finite are dropped and counted in ``n_dropped``.
+    """
+    path = Path(path)
+    try:
+        pf = pq.ParquetFile(path, memory_map=True)
+        names = set(pf.schema_arrow.names)
+        missing = {"position", "vector"} - names
+        if missing:
+            raise InputError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
+        cols = ["position", "vector"] + [c for c in ("example_id", "sliding_window") if c in names]
+        table = pf.read(columns=cols)
+    except InputError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read parquet ({exc})") from exc
+
+    vec = table.column("vector").combine_chunks()
+    pos = table.column("position").combine_chunks()
+    if not (pa.types.is_integer(pos.type) or pa.types.is_floating(pos.type)):
+        raise InputError(f"{path}: column 'position' has type {pos.type}; expected integers")
+    n_rows = len(vec)
+    keep = pc.and_(pc.is_valid(vec), pc.is_valid(pos))
+    n_null = n_rows - pc.sum(keep).as_py() if n_rows else 0
+    if n_null:
+        table = table.filter(keep)
+        vec = table.column("vector").combine_chunks()
+        pos = table.column("position").combine_chunks()
+    values, d = _vector_values(vec, path)
+    n = len(vec)
+    if n and d == 0:
+        raise InputError(f"{path}: vectors are empty")
+    flat = values.to_numpy(zero_copy_only=False)
+    vectors = flat.reshape(n, d).astype(np.float64, copy=flat.dtype != np.float64)
+    positions = pos.to_numpy(zero_copy_only=False).astype(np.float64)
+    example_id = None
+    if "example_id" in table.column_names:
+        ex = table.column("example_id").combine_chunks().fill_null(-1)
+        example_id = ex.to_numpy(zero_copy_only=False).astype(np.int64)
+    finite = np.isfinite(vectors).all(axis=1) & np.isfinite(positions)
+    n_bad = int(n - finite.sum())
+    if n_bad:
+        vectors, positions = vectors[finite], positions[finite]
+        example_id = example_id[finite] if example_id is not None else None
+    sliding = None
+    if "sliding_window" in table.column_names:
+        sw = table.column("sliding_window").drop_null()
+        if len(sw):
+            sliding = int(pc.max(sw).as_py())
+    return HeadData(vectors, positions, example_id, int(n_null) + n_bad, sliding)
+
+
+def write_head(
+    root: str | os.PathLike,
+    layer: int,
+    head: int,
+    kind: str,
+    vectors: np.ndarray,
+    positions: np.ndarray,
+    example_id: np.ndarray | None = None,
+    bucket: np.ndarray | None = None,
+    sliding_window: int | None = None,
+    token_str: list[str] | None = None,
+    dtype: str = "float32",
+) -> Path:
+    """Write one head folder in the sniffed-qk layout (FixedSizeList vectors, zstd)."""
+    vectors = np.ascontiguousarray(vectors, dtype=dtype)
+    n, d = vectors.shape
+    folder = Path(root) / head_dir_name(layer, head, kind)
+    folder.mkdir(parents=True, exist_ok=True)
+    cols = {
+        "bucket": pa.array(np.zeros(n, np.int32) if bucket is None else np.asarray(bucket, np.int32)),
+        "example_id": pa.array(np.zeros(n, np.int32) if example_id is None else np.asarray(example_id, np.int32)),
+        "position": pa.array(np.asarray(positions, np.int32)),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), d),
+        "sliding_window": pa.array([sliding_window] * n, pa.int32()),
+    }
+    if token_str is not None:
+        cols["token_str"] = pa.array(token_str, pa.string())
+    path = folder / DATA_FILE
+    pq.write_table(pa.table(cols), path, compression="zstd")
+    return path

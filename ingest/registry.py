@@ -1,0 +1,132 @@
+"""The model registry (SPEC §3.3): architecture facts for the seeds' models, shipped as models.csv."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from importlib import resources
+
+from qkdb.errors import RegistryError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything ingest needs to know about a model that the vectors do not say."""
+
+    model: str
+    family: str = "unknown"
+    n_layers: int | None = None
+    n_q_heads: int | None = None
+    n_kv_heads: int | None = None
+    gqa_ratio: int | None = None
+    head_dim: int | None = None
+    rope_theta: float | None = None
+    rope_pairing: str = "half"
+    rope_scaling: str | None = None  # JSON text
+    nope_layers: tuple[int, ...] = ()
+    in_paper: bool = False
+    hf_model: str | None = None
+    model_revision: str | None = None
+    dataset_repo: str | None = None
+    dataset_revision: str | None = None
+    series: str | None = None
+    series_order: int | None = None
+    phase: str | None = None
+    step: int | None = None
+    in_registry: bool = field(default=False, compare=False)
+
+    def with_overrides(self, **facts) -> "ModelSpec":
+        """A copy with the non-None facts replaced (ingest options win over the registry)."""
+        known = {f.name for f in fields(self)}
+        bad = set(facts) - known
+        if bad:
+            raise ValueError(f"unknown model facts: {sorted(bad)}")
+        spec = replace(self, **{k: v for k, v in facts.items() if v is not None})
+        if spec.gqa_ratio is None and spec.n_q_heads and spec.n_kv_heads:
+            if spec.n_q_heads % spec.n_kv_heads:
+                raise RegistryError(
+                    f"model {spec.model}: n_q_heads={spec.n_q_heads} is not a multiple of n_kv_heads={spec.n_kv_heads}"
+                )
+            spec = replace(spec, gqa_ratio=spec.n_q_heads // spec.n_kv_heads)
+        return spec
+
+    def missing_facts(self) -> list[str]:
+        """Facts ingest cannot do without (named as the CLI options that give them)."""
+        missing = []
+        if not self.gqa_ratio:
+            missing.append("--gqa-ratio")
+        if not self.n_layers:
+            missing.append("--n-layers")
+        return missing
+
+
+def _int(v: str) -> int | None:
+    return int(v) if v.strip() else None
+
+
+def _row_to_spec(row: dict[str, str]) -> ModelSpec:
+    n_q, n_kv = _int(row["n_q_heads"]), _int(row["n_kv_heads"])
+    return ModelSpec(
+        model=row["model"],
+        family=row["family"],
+        in_paper=row["in_paper"].strip().lower() == "true",
+        hf_model=row["hf_model"] or None,
+        model_revision=row["model_revision"] or None,
+        dataset_repo=row["dataset_repo"] or None,
+        dataset_revision=row["dataset_revision"] or None,
+        n_layers=_int(row["n_layers"]),
+        n_q_heads=n_q,
+        n_kv_heads=n_kv,
+        gqa_ratio=n_q // n_kv if n_q and n_kv else None,
+        head_dim=_int(row["head_dim"]),
+        rope_theta=float(row["rope_theta"]) if row["rope_theta"].strip() else None,
+        nope_layers=tuple(int(x) for x in row["nope_layers"].split(";") if x.strip()),
+        series=row["series"] or None,
+        series_order=_int(row["series_order"]),
+        phase=row["phase"] or None,
+        step=_int(row["step"]),
+        in_registry=True,
+    )
+
+
+@lru_cache(maxsize=1)
+def load_registry() -> tuple[ModelSpec, ...]:
+    """Every model of the shipped registry, in file order."""
+    text = resources.files("qkdb.ingest").joinpath("models.csv").read_text()
+    return tuple(_row_to_spec(r) for r in csv.DictReader(io.StringIO(text)))
+
+
+def find(name: str) -> ModelSpec | None:
+    for spec in load_registry():
+        if spec.model == name:
+            return spec
+    return None
+
+
+def suggest(name: str, candidates: list[str] | None = None) -> list[str]:
+    names = candidates if candidates is not None else [s.model for s in load_registry()]
+    return difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+
+
+def lookup(name: str) -> ModelSpec:
+    """The registry entry of ``name``; a :class:`RegistryError` suggesting close names otherwise."""
+    spec = find(name)
+    if spec is None:
+        close = suggest(name)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise RegistryError(f"unknown model {name!r}.{hint} See `qkdb models` for the registry.")
+    return spec
+
+
+def series_models(series: str) -> list[ModelSpec]:
+    """The checkpoints of a training series, in series order."""
+    members = [s for s in load_registry() if s.series == series]
+    if not members:
+        names = sorted({s.series for s in load_registry() if s.series})
+        close = suggest(series, names)
+        hint = f" Did you mean {', '.join(close)}?" if close else f" Known series: {', '.join(names)}."
+        raise RegistryError(f"unknown series {series!r}.{hint}")
+    return sorted(members, key=lambda s: s.series_order or 0)

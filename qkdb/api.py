@@ -1,0 +1,351 @@
+"""The small public Python API: ``connect``, ``ingest``, ``remove``, ``info``.
+
+The CLI is a thin layer over these functions; notebooks use them directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from qkdb.errors import InputError, RegistryError
+from qkdb.ingest import registry
+from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
+from qkdb.ingest.layout import discover, read_metadata
+from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.registry import ModelSpec
+from qkdb.ingest.select import HeadSelection
+from qkdb.warehouse import store
+from qkdb.warehouse.batches import to_batch
+from qkdb.warehouse.catalog import ensure_catalog, open_catalog
+from qkdb.warehouse.home import catalog_path, ensure_writable, resolve_home
+from qkdb.warehouse.schema import INGEST_RUNS, MODELS, TABLES
+
+Progress = Callable[..., None]
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("qkdb")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
+def connect(home: str | os.PathLike | None = None, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to the warehouse catalog with every table and finding view ready.
+
+    Parameters
+    ----------
+    home : path, optional
+        Warehouse home; default ``$QKDB_HOME`` or the platform's user data dir.
+    read_only : bool
+        Open the catalog read-only (the default; many readers can share it).
+    """
+    return open_catalog(resolve_home(home), read_only=read_only)
+
+
+@dataclass
+class IngestResult:
+    model: str
+    home: Path
+    run_id: str | None
+    heads_done: int
+    heads_skipped: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    unchanged: bool = False
+
+
+_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry"}
+
+
+def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
+    """Model facts: options win over the registry, the registry over the dataset's metadata."""
+    name = name or metadata.get("model")
+    if not name:
+        raise RegistryError("give the model's name with --model (the dataset has no qkdb_dataset.json naming it)")
+    base = registry.find(name) or ModelSpec(model=name)
+    if not base.in_registry:
+        facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
+        if "nope_layers" in facts:
+            facts["nope_layers"] = tuple(facts["nope_layers"])
+        if isinstance(facts.get("rope_scaling"), dict):
+            facts["rope_scaling"] = json.dumps(facts["rope_scaling"], sort_keys=True)
+        base = base.with_overrides(**facts)
+    spec = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+    missing = spec.missing_facts()
+    if missing:
+        close = registry.suggest(name)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise RegistryError(
+            f"unknown model {name!r}: not in the registry, so give its facts with {', '.join(missing)} "
+            f"(and --family).{hint}"
+        )
+    return spec
+
+
+def _fingerprint(groups, spec: ModelSpec, options: IngestOptions) -> str:
+    h = hashlib.sha256()
+    for g in groups:
+        for f in (g.key, *g.queries):
+            st = f.path.stat()
+            h.update(f"{f.path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    h.update(json.dumps(options.as_dict(), sort_keys=True, default=str).encode())
+    h.update(repr(spec).encode())
+    h.update(version().encode())
+    return h.hexdigest()
+
+
+def last_run(home: Path, model: str) -> dict | None:
+    """The newest ingest_runs row of a model, read straight from its parquet files."""
+    folder = home / INGEST_RUNS.name / f"model={model}"
+    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    return max(rows, key=lambda r: r["finished_at"]) if rows else None
+
+
+def ingest(
+    path: str | os.PathLike | None = None,
+    model: str | None = None,
+    *,
+    heads: str | None = None,
+    family: str | None = None,
+    gqa_ratio: int | None = None,
+    n_layers: int | None = None,
+    n_q_heads: int | None = None,
+    n_kv_heads: int | None = None,
+    rope_theta: float | None = None,
+    rope_pairing: str | None = None,
+    max_vectors: int | None = None,
+    n_components: int = 10,
+    b_method: str = "eig",
+    points: int = 512,
+    collage: tuple[tuple[int, int], ...] = (),
+    complement: bool = True,
+    seed: int = 0,
+    skip_bad_heads: bool = False,
+    workers: int | None = None,
+    force: bool = False,
+    wait: float = 0.0,
+    source: str | None = None,
+    home: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+) -> IngestResult:
+    """Compute every metric of a sniffed-qk dataset and publish it to the warehouse as one model.
+
+    Parameters
+    ----------
+    path : path
+        Dataset root in the sniffed-qk layout (SPEC §3.1).
+    model : str, optional
+        Registry name or a new name (then give ``gqa_ratio`` and ``n_layers``); default the
+        dataset's ``qkdb_dataset.json``.
+    heads : str, optional
+        Selection like ``"0-3"`` (layers), ``"5"`` or ``"l03h07,l05h01"``.
+    force : bool
+        Re-ingest even when the same files were already ingested with the same parameters.
+
+    Returns
+    -------
+    IngestResult
+    """
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.perf_counter()
+    if path is None:
+        raise InputError("give a dataset directory (path)")
+    path = Path(path)
+    metadata = read_metadata(path) if path.is_dir() else {}
+    spec = resolve_spec(
+        model, metadata, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
+        n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
+    )
+    store.check_model_name(spec.model)
+    source = source or ("simulate" if metadata.get("source") == "simulate" else "path")
+    options = IngestOptions(
+        n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
+        collage_heads=tuple(collage), complement=complement, seed=seed, skip_bad_heads=skip_bad_heads,
+        rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing, rope_scaling=spec.rope_scaling,
+    )
+    discovery = discover(path)
+    groups = plan_groups(discovery, spec.gqa_ratio, HeadSelection.parse(heads))
+    home_dir = ensure_writable(resolve_home(home))
+    fp = _fingerprint(groups, spec, options)
+    previous = last_run(home_dir, spec.model)
+    if not force and previous and store.is_ingested(home_dir, spec.model):
+        if json.loads(previous["parameters"]).get("fingerprint") == fp:
+            return IngestResult(spec.model, home_dir, previous["run_id"], 0, 0, unchanged=True)
+    return _ingest_groups(
+        home_dir, spec, options, groups, source=source, location=str(path.resolve()),
+        revision=None, commit=None, fingerprint=fp, workers=workers, wait=wait,
+        progress=progress, started=started, t0=t0, notes=[f"ignored folder {p}" for p in discovery.ignored],
+        planned=[(q.layer, q.head) for g in groups for q in g.queries],
+    )
+
+
+def _ingest_groups(
+    home: Path, spec: ModelSpec, options: IngestOptions, groups, *, source: str, location: str,
+    revision: str | None, commit: str | None, fingerprint: str, workers: int | None, wait: float,
+    progress: Progress | None, started: dt.datetime, t0: float, notes: list[str],
+    planned: list[tuple[int, int]],
+) -> IngestResult:
+    """Run groups (a list, or an iterator yielding them as their files arrive) and publish atomically.
+
+    ``planned`` lists every (layer, head) the groups will hold; it fixes the collage sample
+    before any group arrives.
+    """
+    progress = progress or (lambda *a, **k: None)
+    total = len(planned)
+    collage = collage_heads(planned, options)
+    lock = store.acquire_model(home, spec.model, wait)
+    staging = None
+    try:
+        store.cleanup_model(home, spec.model)
+        ensure_catalog(home)
+        staging = store.Staging(home, spec.model)
+        progress("start", model=spec.model, total=total)
+        done, skipped, d = 0, [], None
+        for outcome in run_groups(groups, spec, options, collage, workers or default_workers()):
+            name = f"l{outcome.layer:02d}h{outcome.head:02d}"
+            if outcome.error is not None:
+                if not options.skip_bad_heads:
+                    raise InputError(outcome.error)
+                skipped.append((name, outcome.error))
+                progress("head", layer=outcome.layer, head=outcome.head, ok=False, reason=outcome.error)
+                continue
+            rows = outcome.rows
+            for table_name, cols in rows.tables.items():
+                staging.write(TABLES[table_name], to_batch(TABLES[table_name], cols))
+            d = rows.tables["heads"]["head_dim"]
+            notes.extend(rows.notes)
+            done += 1
+            progress("head", layer=outcome.layer, head=outcome.head, ok=True)
+        if done == 0:
+            raise InputError(f"{location}: no head could be ingested ({len(skipped)} skipped)")
+        published = dt.datetime.now(dt.timezone.utc)
+        staging.write(MODELS, to_batch(MODELS, _model_row(spec, source, location, revision, d, done, options, published)))
+        staging.close()
+        progress("publish", model=spec.model)
+        store.publish(staging)
+        staging = None
+        run_id = f"{published.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        params = {**options.as_dict(), "fingerprint": fingerprint, "spec": {k: v for k, v in vars(spec).items()}}
+        run = {
+            "run_id": run_id, "source": source, "location": location, "revision": revision, "commit": commit,
+            "parameters": json.dumps(params, default=str, sort_keys=True), "qkdb_version": version(),
+            "started_at": started, "finished_at": dt.datetime.now(dt.timezone.utc),
+            "heads_done": done, "heads_skipped": len(skipped),
+            "skipped": json.dumps([{"head": h, "reason": r} for h, r in skipped]),
+        }
+        store.append(home, INGEST_RUNS, spec.model, run_id, pa.Table.from_batches([to_batch(INGEST_RUNS, run)]))
+        progress("done", model=spec.model, heads=done, skipped=len(skipped))
+        return IngestResult(
+            spec.model, home, run_id, done, len(skipped), skipped, notes, time.perf_counter() - t0
+        )
+    finally:
+        if staging is not None:
+            staging.discard()
+        lock.release()
+
+
+def _model_row(spec: ModelSpec, source, location, revision, head_dim, n_heads, options, published) -> dict:
+    return {
+        "family": spec.family, "in_paper": spec.in_paper, "hf_model": spec.hf_model,
+        "model_revision": spec.model_revision, "n_layers": spec.n_layers, "n_q_heads": spec.n_q_heads,
+        "n_kv_heads": spec.n_kv_heads, "gqa_ratio": spec.gqa_ratio, "head_dim": head_dim,
+        "rope_theta": spec.rope_theta, "rope_pairing": spec.rope_pairing, "rope_scaling": spec.rope_scaling,
+        "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
+        "phase": spec.phase, "step": spec.step, "source": source, "location": location,
+        "revision": revision or spec.dataset_revision if source == "hub" else revision,
+        "n_heads": n_heads, "b_method": options.b_method, "ingested_at": published,
+    }
+
+
+def remove(model: str, home: str | os.PathLike | None = None, wait: float = 0.0) -> bool:
+    """Delete a model from the warehouse; False when it was not there."""
+    home_dir = resolve_home(home)
+    store.check_model_name(model)
+    if not store.is_ingested(home_dir, model) and not (home_dir / INGEST_RUNS.name / f"model={model}").exists():
+        return False
+    lock = store.acquire_model(home_dir, model, wait)
+    try:
+        store.remove(home_dir, model)
+    finally:
+        lock.release()
+    return True
+
+
+def info(home: str | os.PathLike | None = None) -> dict:
+    """Facts about the warehouse: paths, sizes per table, models, library versions."""
+    import platform
+
+    import numpy
+    import pyarrow
+
+    home_dir = resolve_home(home)
+    sizes = {}
+    for name in TABLES:
+        total = 0
+        for model in store.ingested_models(home_dir):
+            folder = home_dir / store.STORE / model / "current" / name
+            total += sum(p.stat().st_size for p in folder.glob("*.parquet")) if folder.is_dir() else 0
+        if name == INGEST_RUNS.name and (home_dir / name).is_dir():
+            total = sum(p.stat().st_size for p in (home_dir / name).glob("*/*.parquet"))
+        sizes[name] = total
+    cat = catalog_path(home_dir)
+    return {
+        "home": str(home_dir),
+        "catalog": str(cat),
+        "catalog_bytes": cat.stat().st_size if cat.exists() else 0,
+        "models": store.ingested_models(home_dir),
+        "table_bytes": sizes,
+        "versions": {
+            "qkdb": version(), "duckdb": duckdb.__version__, "pyarrow": pyarrow.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version(),
+        },
+    }
+
+
+def models_overview(home: str | os.PathLike | None = None) -> pa.Table:
+    """The registry plus every ingested model, with whether and when each was ingested."""
+    home_dir = resolve_home(home)
+    ingested: dict[str, dict] = {}
+    for model in store.ingested_models(home_dir):
+        f = home_dir / store.STORE / model / "current" / MODELS.name / store.DATA
+        rows = pq.read_table(f).to_pylist() if f.exists() else []
+        if rows:
+            ingested[model] = rows[0]
+    out = []
+    for spec in registry.load_registry():
+        row = ingested.pop(spec.model, None)
+        out.append(_overview_row(spec.model, spec.family, spec.n_layers, spec.n_q_heads, spec.n_kv_heads,
+                                 spec.gqa_ratio, spec.head_dim, spec.rope_theta, spec.series, True, row))
+    for model, row in sorted(ingested.items()):
+        out.append(_overview_row(model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
+                                 row["gqa_ratio"], row["head_dim"], row["rope_theta"], row["series"], False, row))
+    return pa.Table.from_pylist(out)
+
+
+def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, series, in_registry, row) -> dict:
+    return {
+        "model": model, "family": family, "n_layers": n_layers, "n_q_heads": n_q, "n_kv_heads": n_kv,
+        "gqa_ratio": gqa, "head_dim": head_dim, "rope_theta": theta, "series": series,
+        "in_registry": in_registry, "ingested": row is not None,
+        "heads": row["n_heads"] if row else None,
+        "source": row["source"] if row else None,
+        "ingested_at": row["ingested_at"] if row else None,
+    }

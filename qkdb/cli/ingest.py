@@ -1,0 +1,81 @@
+"""`qkdb ingest`: compute the metrics of a dataset and publish them as a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from qkdb import api
+from qkdb.cli.app import app
+from qkdb.cli.common import HomeOption, note
+from qkdb.cli.progress import ingest_progress
+from qkdb.errors import InputError
+
+
+def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
+    from qkdb.ingest.select import HeadSelection
+
+    if not text:
+        return ()
+    sel = HeadSelection.parse(text)
+    if sel.layers:
+        raise InputError("--collage-heads takes heads like l03h07 (or 3.7), not layers")
+    return tuple(sorted(sel.heads))
+
+
+@app.command()
+def ingest(
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Registry name, or a new name (with --family, --gqa-ratio, --n-layers).")] = None,
+    path: Annotated[Optional[Path], typer.Option("--path", "-p", help="Local dataset root in the sniffed-qk layout.")] = None,
+    heads: Annotated[Optional[str], typer.Option("--heads", help="Only these layers (0-3, 5) or heads (l03h07,l05h01).")] = None,
+    family: Annotated[Optional[str], typer.Option(help="Model family (for models not in the registry).")] = None,
+    gqa_ratio: Annotated[Optional[int], typer.Option("--gqa-ratio", help="Query heads per KV head.")] = None,
+    n_layers: Annotated[Optional[int], typer.Option("--n-layers", help="Number of layers (for depth).")] = None,
+    n_q_heads: Annotated[Optional[int], typer.Option("--n-q-heads", help="Query heads per layer.")] = None,
+    n_kv_heads: Annotated[Optional[int], typer.Option("--n-kv-heads", help="KV heads per layer.")] = None,
+    rope_theta: Annotated[Optional[float], typer.Option("--rope-theta", help="RoPE base (else the registry's; fitted when unknown).")] = None,
+    rope_pairing: Annotated[Optional[str], typer.Option("--rope-pairing", help="'half' (rotate-half, default) or 'interleaved'.")] = None,
+    max_vectors: Annotated[Optional[int], typer.Option("--max-vectors", help="Seeded subsample of at most N vectors per file.")] = None,
+    components: Annotated[int, typer.Option("--components", help="Principal components stored per head.")] = 10,
+    b_method: Annotated[str, typer.Option("--b-method", help="Axis b: 'eig' (seeds' code) or 'mean_diff' (thesis text).")] = "eig",
+    points: Annotated[int, typer.Option("--points", help="Sampled points per kind and head for scatter figures.")] = 512,
+    collage_heads: Annotated[Optional[str], typer.Option("--collage-heads", help="Extra heads (l03h07,…) whose complement scores are stored.")] = None,
+    no_complement: Annotated[bool, typer.Option("--no-complement", help="Skip complement pairs and RoPE planes.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
+    skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: cores).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Re-ingest even if these files were already ingested.")] = False,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for another ingest of the same model.")] = 0.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    home: HomeOption = None,
+) -> None:
+    """Ingest a sniffed-qk dataset: compute every metric per head and publish the model atomically."""
+    if path is None:
+        raise InputError("give --path DIR (a dataset in the sniffed-qk layout)")
+    with ingest_progress(quiet) as progress:
+        result = api.ingest(
+            path, model, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
+            n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
+            max_vectors=max_vectors, n_components=components, b_method=b_method, points=points,
+            collage=_parse_collage(collage_heads), complement=not no_complement, seed=seed,
+            skip_bad_heads=skip_bad_heads, workers=workers, force=force, wait=wait, home=home,
+            progress=progress,
+        )
+    _report(result)
+
+
+def _report(result: api.IngestResult) -> None:
+    if result.unchanged:
+        note(f"{result.model}: already ingested from these files with these parameters (use --force to redo)")
+        return
+    for line in result.notes:
+        note(f"note: {line}")
+    for head, reason in result.skipped:
+        note(f"skipped {head}: {reason}")
+    note(
+        f"ingested {result.model}: {result.heads_done} heads"
+        + (f", {result.heads_skipped} skipped" if result.heads_skipped else "")
+        + f" in {result.seconds:.1f}s into {result.home}"
+    )

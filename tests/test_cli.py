@@ -1,0 +1,142 @@
+"""The CLI through typer's runner: exit codes, data on stdout only, clear one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import click
+import pyarrow.parquet as pq
+import pytest
+import typer
+
+from qkdb.cli.app import app
+
+FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
+
+
+def _ingest(runner, dataset, *extra):
+    return runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "toy", *FACTS, "-q", "-j", "1", *extra])
+
+
+def _commands():
+    group = typer.main.get_command(app)
+    out = []
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, path + [name])
+        else:
+            out.append(path)
+
+    walk(group, [])
+    return out
+
+
+@pytest.mark.parametrize("path", _commands(), ids=lambda p: " ".join(p))
+def test_every_command_has_help(runner, path):
+    result = runner.invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.stdout
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    assert cmd.help and len(cmd.help.strip()) > 10
+
+
+def test_ingest_then_query_formats(runner, dataset, tmp_path):
+    result = _ingest(runner, dataset)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""  # messages go to stderr
+    assert "ingested toy: 8 heads" in result.stderr
+
+    q = "select layer, head, bias_strength from head_metrics order by bias_strength desc limit 5"
+    out = runner.invoke(app, ["query", q, "--format", "csv"])
+    assert out.exit_code == 0 and out.stderr == ""
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert len(rows) == 5 and [float(r["bias_strength"]) for r in rows] == sorted(
+        (float(r["bias_strength"]) for r in rows), reverse=True
+    )
+
+    out = runner.invoke(app, ["query", "select layer, head from heads order by 1, 2", "-f", "jsonl"])
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    assert lines[0] == {"layer": 0, "head": 0} and len(lines) == 8
+
+    out = runner.invoke(app, ["query", "select pc, r_q from pca where pc < 2 and layer = 0 and head = 0", "-f", "json"])
+    assert [r["pc"] for r in json.loads(out.stdout)] == [0, 1]
+
+    out = runner.invoke(app, ["query", "select 1 as one, 'a|b' as s", "-f", "markdown"])
+    assert out.stdout.splitlines() == ["| one | s |", "|---|---|", "| 1 | a\\|b |"]
+
+    target = tmp_path / "pc0.parquet"
+    out = runner.invoke(app, ["query", "select * from pca where model='toy' and pc=0", "-f", "parquet", "-o", str(target)])
+    assert out.exit_code == 0 and pq.read_table(target).num_rows == 8
+
+    out = runner.invoke(app, ["query", "select model, count(*) as n from heads group by model"])
+    assert out.exit_code == 0 and "toy" in out.stdout and "8" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "sql", ["create table t (a int)", "drop view heads", "copy (select 1) to 'x.csv'", "select 1; delete from heads"]
+)
+def test_writing_statements_are_refused(runner, sql):
+    result = runner.invoke(app, ["query", sql])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: refused:") and "Traceback" not in result.stderr
+
+
+def test_sql_error_is_one_line_without_traceback(runner):
+    result = runner.invoke(app, ["query", "select no_such_column from heads"])
+    assert result.exit_code == 1
+    assert "no_such_column" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_unknown_model_suggests_close_names(runner, dataset):
+    result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "qwen3-8", "-q"])
+    assert result.exit_code == 2
+    assert "unknown model 'qwen3-8'" in result.stderr and "qwen3-8b" in result.stderr
+
+
+def test_missing_key_folder_is_named(runner, dataset):
+    result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "toy", "--family", "Toy",
+                                 "--gqa-ratio", "1", "--n-layers", "2", "-q"])
+    assert result.exit_code == 2
+    assert "key head folder(s) missing" in result.stderr and "l00h02k" in result.stderr
+
+
+def test_debug_shows_the_traceback(runner):
+    result = runner.invoke(app, ["--debug", "query", "drop view heads"])
+    assert result.exit_code != 0 and result.exception is not None
+
+
+def test_models_lists_registry_and_ingest_status(runner, dataset):
+    _ingest(runner, dataset)
+    out = runner.invoke(app, ["models", "-f", "csv"])
+    rows = {r["model"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
+    assert rows["llama3.2-3b"]["ingested"] == "false" and rows["llama3.2-3b"]["gqa_ratio"] == "3"
+    assert rows["toy"]["ingested"] == "true" and rows["toy"]["heads"] == "8"
+    only = runner.invoke(app, ["models", "--ingested", "-f", "csv"])
+    assert [r["model"] for r in csv.DictReader(io.StringIO(only.stdout))] == ["toy"]
+
+
+def test_info_and_remove(runner, dataset, home):
+    _ingest(runner, dataset)
+    out = runner.invoke(app, ["info", "--json"])
+    facts = json.loads(out.stdout)
+    assert facts["home"] == str(home) and facts["models"] == ["toy"] and facts["table_bytes"]["heads"] > 0
+    assert runner.invoke(app, ["remove", "--model", "toy"]).exit_code == 0
+    again = runner.invoke(app, ["remove", "--model", "toy"])
+    assert again.exit_code == 3 and "not in the warehouse: toy" in again.stderr
+
+
+def test_home_option_overrides_environment(runner, dataset, tmp_path):
+    other = tmp_path / "other-home"
+    result = _ingest(runner, dataset, "--home", str(other))
+    assert result.exit_code == 0
+    assert (other / "qk.duckdb").exists()
+    out = runner.invoke(app, ["query", "select count(*) as n from heads", "-f", "csv", "--home", str(other)])
+    assert out.stdout.splitlines() == ["\"n\"", "8"]

@@ -1,0 +1,122 @@
+"""Reading the sniffed-qk layout: discovery, vector encodings, bad rows, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from qkdb.errors import InputError
+from qkdb.ingest.engine import plan_groups
+from qkdb.ingest.layout import discover, read_head, write_head
+from qkdb.ingest.select import HeadSelection
+
+
+def _write(path, table):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def test_discovers_heads_below_any_prefix(tmp_path):
+    rng = np.random.default_rng(0)
+    base = tmp_path / "data" / "attention-plasticity"
+    write_head(base, 0, 0, "q", rng.normal(size=(20, 4)), np.arange(20))
+    write_head(base, 0, 0, "k", rng.normal(size=(20, 4)), np.arange(20))
+    (tmp_path / "notes").mkdir()
+    _write(tmp_path / "other" / "data.parquet", pa.table({"x": [1]}))
+    found = discover(tmp_path)
+    assert set(found.queries) == {(0, 0)} and set(found.keys) == {(0, 0)}
+    assert found.ignored == ["other"]
+
+
+def test_fixed_size_list_float32_is_read_exactly(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(50, 8)).astype(np.float32)
+    write_head(tmp_path, 2, 3, "q", X, np.arange(50))
+    data = read_head(tmp_path / "l02h03q" / "data.parquet")
+    assert data.vectors.dtype == np.float64 and data.vectors.shape == (50, 8)
+    np.testing.assert_array_equal(data.vectors, X.astype(np.float64))
+    np.testing.assert_array_equal(data.positions, np.arange(50))
+
+
+@pytest.mark.parametrize("value_type", [pa.float16(), pa.float32(), pa.float64()])
+def test_plain_list_vectors_of_any_float_width(tmp_path, value_type):
+    X = np.arange(30, dtype=np.float64).reshape(10, 3) / 8
+    vec = pa.array([row.tolist() for row in X], type=pa.list_(value_type))
+    path = _write(tmp_path / "l00h00q" / "data.parquet", pa.table({"position": pa.array(range(10), pa.int32()), "vector": vec}))
+    data = read_head(path)
+    np.testing.assert_array_equal(data.vectors, X)  # exact in float16 for these values
+
+
+def test_null_and_non_finite_rows_are_dropped_and_counted(tmp_path):
+    vec = pa.array([[1.0, 2.0], None, [np.nan, 1.0], [3.0, np.inf], [5.0, 6.0]], type=pa.list_(pa.float32(), 2))
+    pos = pa.array([0, 1, 2, 3, None], pa.int32())
+    path = _write(tmp_path / "l00h00q" / "data.parquet", pa.table({"position": pos, "vector": vec}))
+    data = read_head(path)
+    assert data.n_dropped == 4
+    np.testing.assert_array_equal(data.vectors, [[1.0, 2.0]])
+
+
+def test_ragged_list_vectors_are_an_error_naming_the_file(tmp_path):
+    vec = pa.array([[1.0, 2.0], [1.0]], type=pa.list_(pa.float32()))
+    path = _write(tmp_path / "l00h00q" / "data.parquet", pa.table({"position": [0, 1], "vector": vec}))
+    with pytest.raises(InputError, match=r"l00h00q.*different lengths"):
+        read_head(path)
+
+
+@pytest.mark.parametrize(
+    "table,message",
+    [
+        (pa.table({"position": [0]}), "missing column"),
+        (pa.table({"position": [0], "vector": ["x"]}), "expected a list of floats"),
+        (pa.table({"position": [0], "vector": pa.array([[1]], pa.list_(pa.int32()))}), "float16/float32/float64"),
+    ],
+)
+def test_wrong_schema_is_an_error_naming_the_file(tmp_path, table, message):
+    path = _write(tmp_path / "l00h00q" / "data.parquet", table)
+    with pytest.raises(InputError, match=message) as info:
+        read_head(path)
+    assert str(path) in str(info.value)
+
+
+def test_corrupt_parquet_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "l00h00q" / "data.parquet"
+    path.parent.mkdir()
+    path.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(InputError, match="cannot read parquet") as info:
+        read_head(path)
+    assert str(path) in str(info.value)
+
+
+def test_duplicate_head_folders_are_refused(tmp_path):
+    rng = np.random.default_rng(2)
+    for prefix in ("a", "b"):
+        write_head(tmp_path / prefix, 0, 1, "q", rng.normal(size=(5, 2)), np.arange(5))
+    with pytest.raises(InputError, match="l00h01q appears twice"):
+        discover(tmp_path)
+
+
+def test_gqa_mapping_and_missing_key_folders(tmp_path):
+    rng = np.random.default_rng(3)
+    for h in range(8):
+        write_head(tmp_path, 0, h, "q", rng.normal(size=(5, 2)), np.arange(5))
+    for g in (0, 1):
+        write_head(tmp_path, 0, g, "k", rng.normal(size=(5, 2)), np.arange(5))
+    found = discover(tmp_path)
+    groups = plan_groups(found, gqa_ratio=4)
+    assert [(g.kv_head, [q.head for q in g.queries]) for g in groups] == [(0, [0, 1, 2, 3]), (1, [4, 5, 6, 7])]
+    with pytest.raises(InputError, match=r"l00h02k, l00h03k"):
+        plan_groups(found, gqa_ratio=2)
+    # a selection that needs only the present key heads plans fine
+    assert len(plan_groups(found, 2, HeadSelection.parse("l00h01,l00h03"))) == 2
+
+
+def test_head_selection_syntax():
+    sel = HeadSelection.parse("0-2, 5, l07h03")
+    assert sel.matches(1, 9) and sel.matches(5, 0) and sel.matches(7, 3)
+    assert not sel.matches(3, 0) and not sel.matches(7, 4)
+    assert HeadSelection.parse(None).matches(99, 99)
+    with pytest.raises(InputError, match="cannot read 'x7'"):
+        HeadSelection.parse("x7")

@@ -1,0 +1,165 @@
+"""The warehouse on disk: publish, re-ingest, remove, and the catalog opened by plain DuckDB."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import duckdb
+import numpy as np
+import pytest
+
+import qkdb
+from qkdb.errors import RegistryError, WarehouseError
+from qkdb.warehouse import store
+from qkdb.warehouse.schema import TABLES
+
+from conftest import make_dataset
+
+FACTS = dict(family="Toy", gqa_ratio=2, n_layers=2)
+
+
+def _count(con, sql):
+    return con.execute(sql).fetchall()[0][0]
+
+
+def test_empty_warehouse_has_typed_empty_views(home):
+    con = qkdb.connect()
+    try:
+        for name, table in TABLES.items():
+            cols = [r[0] for r in con.execute(f"describe {name}").fetchall()]
+            assert cols == [c.name for c in table.columns], name
+            assert _count(con, f"select count(*) from {name}") == 0
+        assert _count(con, "select count(*) from head_metrics") == 0
+    finally:
+        con.close()
+
+
+def test_ingest_fills_every_core_table(dataset, home):
+    res = qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    assert (res.heads_done, res.heads_skipped) == (8, 0)
+    con = qkdb.connect()
+    try:
+        assert _count(con, "select count(*) from heads where model = 'toy'") == 8
+        assert _count(con, "select count(*) from pca where model = 'toy'") == 8 * 10
+        assert _count(con, "select count(*) from rotation") == 8
+        assert _count(con, "select count(*) from head_metrics") == 8
+        assert _count(con, "select count(*) from ingest_runs") == 1
+        row = con.execute(
+            "select family, gqa_ratio, head_dim, n_heads, source from models where model = 'toy'"
+        ).fetchall()[0]
+        assert row == ("Toy", 2, 16, 8, "path")
+        # the planted structure: recency bias positive, keys drift faster than queries
+        n_pos, ratio = con.execute(
+            "select count(*) filter (where bias_strength > 0), median(abs(alpha_k) / abs(alpha_q)) from rotation"
+        ).fetchall()[0]
+        assert n_pos == 8 and 1.6 < ratio < 2.4
+        depth = con.execute("select distinct depth, depth_bin from heads order by depth").fetchall()
+        assert depth == [(0.0, 0), (1.0, 9)]
+    finally:
+        con.close()
+
+
+def test_reingest_replaces_and_unchanged_is_skipped(dataset, home):
+    first = qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    again = qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    assert again.unchanged and again.heads_done == 0
+    forced = qkdb.ingest(dataset, "toy", workers=1, force=True, **FACTS)
+    assert forced.heads_done == 8 and forced.run_id != first.run_id
+    partial = qkdb.ingest(dataset, "toy", heads="0", workers=1, **FACTS)
+    assert partial.heads_done == 4
+    con = qkdb.connect()
+    try:
+        assert _count(con, "select count(*) from heads") == 4  # replaced, never duplicated
+        assert _count(con, "select count(*) from ingest_runs") == 3  # history is kept
+    finally:
+        con.close()
+    versions = [p for p in (home / store.STORE / "toy").iterdir() if p.name != "current"]
+    assert len(versions) == 1  # old versions are cleaned up
+
+
+def test_two_models_and_remove(tmp_path, home):
+    a = make_dataset(tmp_path / "a", seed=1)
+    b = make_dataset(tmp_path / "b", seed=2)
+    qkdb.ingest(a, "toy-a", workers=1, **FACTS)
+    qkdb.ingest(b, "toy-b", workers=1, **FACTS)
+    assert qkdb.remove("toy-a") is True
+    assert qkdb.remove("toy-a") is False
+    con = qkdb.connect()
+    try:
+        for name in TABLES:
+            models = {r[0] for r in con.execute(f"select distinct model from {name}").fetchall()}
+            assert "toy-a" not in models, name
+        assert _count(con, "select count(*) from heads where model = 'toy-b'") == 8
+    finally:
+        con.close()
+
+
+def test_catalog_opens_with_plain_duckdb_from_another_directory(dataset, home, tmp_path):
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    code = (
+        "import duckdb, sys; con = duckdb.connect(sys.argv[1], read_only=True); "
+        "print(con.sql('select count(*) from rotation').fetchall()[0][0]); "
+        "print(con.sql('select count(*) from head_metrics').fetchall()[0][0])"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(home / "qk.duckdb")], cwd=elsewhere, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["8", "8"]
+
+
+def test_workers_give_the_same_numbers(dataset, home, tmp_path):
+    qkdb.ingest(dataset, "one", workers=1, **FACTS)
+    qkdb.ingest(dataset, "two", workers=2, **FACTS)
+    con = qkdb.connect()
+    try:
+        q = "select * exclude (model) from rotation where model = '{}' order by layer, head"
+        one, two = con.execute(q.format("one")).fetchnumpy(), con.execute(q.format("two")).fetchnumpy()
+        for col in ("r_q_a", "alpha_k", "bias_strength", "separation_strength"):
+            np.testing.assert_array_equal(one[col], two[col])
+    finally:
+        con.close()
+
+
+def test_same_model_concurrently_is_refused(dataset, home):
+    lock = store.acquire_model(home, "toy")
+    try:
+        with pytest.raises(WarehouseError, match="another qkdb process"):
+            qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    finally:
+        lock.release()
+    assert not store.is_ingested(home, "toy")
+
+
+def test_bad_input_leaves_the_warehouse_as_it_was(dataset, home):
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    before = sorted(p.relative_to(home) for p in (home / store.STORE).rglob("*"))
+    (dataset / "l01h03q" / "data.parquet").write_bytes(b"garbage")
+    with pytest.raises(qkdb.QkdbError, match="l01h03q"):
+        qkdb.ingest(dataset, "toy", workers=1, force=True, **FACTS)
+    after = sorted(p.relative_to(home) for p in (home / store.STORE).rglob("*"))
+    assert before == after
+    assert not any((home / store.STAGING).iterdir())
+    res = qkdb.ingest(dataset, "toy", workers=1, force=True, skip_bad_heads=True, **FACTS)
+    assert (res.heads_done, res.heads_skipped) == (7, 1) and res.skipped[0][0] == "l01h03"
+
+
+def test_unknown_model_without_facts_suggests_close_names(dataset):
+    with pytest.raises(RegistryError, match="llama3.2-3b"):
+        qkdb.ingest(dataset, "llama3.2-3", workers=1)
+
+
+def test_registry_model_from_local_path_uses_registry_facts(tmp_path, home):
+    ds = make_dataset(tmp_path / "q", layers=2, q_heads=4, kv_heads=2)  # qwen3-0.6b: ratio 16/8 = 2
+    res = qkdb.ingest(ds, "qwen3-0.6b", workers=1)
+    assert res.heads_done == 8
+    con = qkdb.connect()
+    try:
+        row = con.execute("select family, n_layers, rope_theta, in_paper from models").fetchall()[0]
+        assert row == ("Qwen3", 28, 1000000.0, True)
+        assert con.execute("select max(depth_bin) from heads").fetchall()[0][0] == 0  # layers 0, 1 of 28
+    finally:
+        con.close()

@@ -1,0 +1,170 @@
+"""The DuckDB catalog ``qk.duckdb``: a view per table over its parquet files, plus the finding views.
+
+Views hold absolute paths (DuckDB resolves relative ones against the reader's working directory),
+so the catalog opens from anywhere with plain ``duckdb``. The catalog is written only when its
+fingerprint (format, home, table schemas, view SQL) changes; new models appear without a write
+because the globs pick up new partition folders. That keeps ingests from needing DuckDB's
+single-writer lock while readers have the catalog open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+from filelock import FileLock, Timeout
+
+from qkdb.errors import WarehouseError
+from qkdb.warehouse.home import catalog_path, ensure_writable
+from qkdb.warehouse.schema import TABLES, Table
+from qkdb.warehouse.store import LOCKS
+from qkdb.warehouse.views import create_views, load_view_files
+
+CATALOG_FORMAT = 1  # bump when the on-disk layout changes incompatibly
+SCHEMA_DIR = ".schema"
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def table_view_sql(home: Path, table: Table) -> str:
+    # The zero-row schema file keeps the view typed when no model is ingested yet, and
+    # union_by_name fills columns that older partitions lack with NULL.
+    globs = [str(home / SCHEMA_DIR / table.name / "*" / "*.parquet"), str(home / table.name / "*" / "*.parquet")]
+    cols = ", ".join(f'"{c.name}"' for c in table.columns)
+    return (
+        f"select {cols} from read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
+        "hive_partitioning = true, union_by_name = true, allow_empty = true, "
+        "hive_types = {'model': 'VARCHAR'})"
+    )
+
+
+def fingerprint(home: Path) -> str:
+    h = hashlib.sha256()
+    h.update(f"{CATALOG_FORMAT}\n{home}\n".encode())
+    for table in TABLES.values():
+        h.update(table_view_sql(home, table).encode())
+        h.update(str(table.arrow_schema).encode())
+        for c in table.columns:
+            h.update(c.doc.encode())
+    for view in load_view_files():
+        h.update(view.name.encode() + view.sql.encode())
+    return h.hexdigest()
+
+
+def _write_schema_files(home: Path) -> None:
+    for table in TABLES.values():
+        folder = home / SCHEMA_DIR / table.name / "model=_"
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".schema.{uuid.uuid4().hex[:8]}.tmp"
+        pq.write_table(table.arrow_schema.empty_table(), tmp)
+        os.replace(tmp, folder / "schema.parquet")
+
+
+def _read_meta(path: Path) -> dict[str, str]:
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.IOException:
+        return {"busy": "1"}
+    try:
+        rows = con.execute("select key, value from qkdb_meta").fetchall()
+        return dict(rows)
+    except duckdb.Error:
+        return {}
+    finally:
+        con.close()
+
+
+def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
+    con.execute("begin")
+    for table in TABLES.values():
+        con.execute(f'create or replace view "{table.name}" as {table_view_sql(home, table)}')
+        con.execute(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
+        for c in table.columns:
+            con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
+    create_views(con)
+    con.execute("create or replace table qkdb_meta (key varchar, value varchar)")
+    con.executemany(
+        "insert into qkdb_meta values (?, ?)",
+        [("format", str(CATALOG_FORMAT)), ("fingerprint", fp), ("home", str(home))],
+    )
+    con.execute("commit")
+
+
+def check_format(meta: dict[str, str], path: Path) -> None:
+    fmt = meta.get("format")
+    if fmt is not None and int(fmt) > CATALOG_FORMAT:
+        raise WarehouseError(
+            f"{path} was written by a newer qkdb (catalog format {fmt}, this qkdb reads {CATALOG_FORMAT}); "
+            "upgrade qkdb"
+        )
+
+
+def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
+    """Bring the catalog up to date; True when it is current afterwards.
+
+    When another process keeps the catalog open and it already exists, the data is still
+    readable (the views' globs see new models); only a layout change waits for the next chance.
+    """
+    path = catalog_path(home)
+    fp = fingerprint(home)
+    meta = _read_meta(path) if path.exists() else {}
+    check_format(meta, path)
+    if meta.get("fingerprint") == fp:
+        return True
+    ensure_writable(home)
+    (home / LOCKS).mkdir(exist_ok=True)
+    deadline = time.monotonic() + wait
+    try:
+        with FileLock(str(home / LOCKS / "catalog.lock"), timeout=wait):
+            _write_schema_files(home)
+            while True:
+                try:
+                    con = duckdb.connect(str(path))
+                    break
+                except duckdb.IOException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            try:
+                meta = dict(con.execute("select key, value from qkdb_meta").fetchall()) if _has_meta(con) else {}
+                check_format(meta, path)
+                if meta.get("fingerprint") != fp:
+                    _build(con, home, fp)
+            finally:
+                con.close()
+        return True
+    except (Timeout, duckdb.IOException):
+        if path.exists():
+            return False
+        raise WarehouseError(f"{path}: cannot create the catalog, another process holds it open") from None
+
+
+def _has_meta(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(
+        con.execute(
+            "select count(*) from duckdb_tables() where table_name = 'qkdb_meta' and database_name = current_database()"
+        ).fetchall()[0][0]
+    )
+
+
+def open_catalog(home: Path, read_only: bool = True, wait: float = 10.0) -> duckdb.DuckDBPyConnection:
+    """A connection to the catalog with every view ready (created on first use)."""
+    path = catalog_path(home)
+    if not path.exists() and read_only:
+        ensure_writable(home)
+    ensure_catalog(home, wait=wait)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if time.monotonic() > deadline:
+                raise WarehouseError(f"{path}: locked by another process ({exc})") from None
+            time.sleep(0.2)

@@ -1,0 +1,254 @@
+"""The warehouse's tables: names, columns, types and descriptions (SPEC §4, §5).
+
+This module is the one source of truth for the data dictionary. Ingest builds its Arrow
+tables from it, the catalog attaches its descriptions with ``COMMENT ON``, and the metric
+invariance tests iterate over the columns it marks as metrics.
+
+Every table is partitioned by ``model`` (hive style, ``<table>/model=<name>/``); the ``model``
+column comes from the folder name and is not stored inside the parquet files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    doc: str
+    # For metric columns: how the value scales when positions are multiplied by s > 0
+    # (0: invariant, -1: per-token slopes). None marks a key or descriptive column.
+    t_power: int | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    # Versioned tables are replaced as a whole per model on re-ingest; append tables keep history.
+    versioned: bool = True
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """Schema of the parquet files (without the hive partition column ``model``)."""
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns if c.name != "model"])
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"table {self.name} has no column {name!r}")
+
+    @property
+    def metric_columns(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.t_power is not None)
+
+
+f64, i32, i64, s, b = pa.float64(), pa.int32(), pa.int64(), pa.string(), pa.bool_()
+MODEL = Column("model", s, "Model name (registry name or the name given at ingest); hive partition key.")
+LAYER = Column("layer", i32, "Layer index, 0-based.")
+HEAD = Column("head", i32, "Query-head index within the layer, 0-based.")
+
+
+def _m(name: str, doc: str, t_power: int = 0, type_: pa.DataType = f64) -> Column:
+    return Column(name, type_, doc, t_power)
+
+
+MODELS = Table(
+    "models",
+    "One row per ingested model: architecture facts (from the registry or ingest options) and provenance.",
+    (
+        MODEL,
+        Column("family", s, "Model family, e.g. 'Llama 3.2'."),
+        Column("in_paper", b, "Whether the seeds' studies analysed this model."),
+        Column("hf_model", s, "Hugging Face model id the vectors were captured from."),
+        Column("model_revision", s, "Revision of the captured model."),
+        Column("n_layers", i32, "Number of transformer layers."),
+        Column("n_q_heads", i32, "Query heads per layer."),
+        Column("n_kv_heads", i32, "Key/value heads per layer."),
+        Column("gqa_ratio", i32, "Query heads per KV head; key head of query head h is h // gqa_ratio."),
+        Column("head_dim", i32, "Dimension of a query/key vector."),
+        Column("rope_theta", f64, "RoPE base frequency; NULL when unknown."),
+        Column("rope_pairing", s, "RoPE coordinate pairing: 'half' (rotate-half) or 'interleaved'."),
+        Column("rope_scaling", s, "RoPE scaling as JSON (e.g. YaRN), NULL for plain RoPE."),
+        Column("nope_layers", pa.list_(i32), "Layers without positional encoding (NoPE)."),
+        Column("series", s, "Training-checkpoint series the model belongs to, NULL otherwise."),
+        Column("series_order", i32, "Order of the checkpoint within its series."),
+        Column("phase", s, "Training phase of the checkpoint (e.g. 'stage1', 'lc-4k-to-32k')."),
+        Column("step", i64, "Training step of the checkpoint."),
+        Column("source", s, "Where the vectors came from: 'hub', 'path', 'sample' or 'simulate'."),
+        Column("location", s, "Dataset repo or local path ingested."),
+        Column("revision", s, "Dataset branch/revision ingested, when from the Hub."),
+        Column("n_heads", i32, "Query heads ingested."),
+        Column("b_method", s, "How axis b was built: 'eig' (top eigenvector of the projected C_delta) or 'mean_diff'."),
+        Column("ingested_at", pa.timestamp("us", tz="UTC"), "When this version of the model was published."),
+    ),
+)
+
+HEADS = Table(
+    "heads",
+    "One row per query head: sample sizes, depth and head-level metrics of the combined Q/K PCA (seed 003).",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("kv_head", i32, "Key head this query head reads (head // gqa_ratio)."),
+        Column("head_dim", i32, "Vector dimension d."),
+        Column("n_q", i64, "Query vectors used."),
+        Column("n_k", i64, "Key vectors used."),
+        Column("n_dropped", i64, "Query plus key rows dropped (null or non-finite values)."),
+        Column("position_min", i64, "Smallest token position among the vectors used."),
+        Column("position_max", i64, "Largest token position among the vectors used."),
+        Column("sliding_window", i32, "Local-attention window of the head, NULL for global attention."),
+        Column("depth", f64, "Relative depth layer / (n_layers - 1)."),
+        Column("depth_bin", i32, "min(9, floor(10 * depth))."),
+        Column("is_nope", b, "Layer has no positional encoding (registry nope_layers)."),
+        _m("pos_var_q", "Share of Q variance linear in position: sum_j explained_variance_j * r_q_j^2 over the stored PCs."),
+        _m("pos_var_k", "Share of K variance linear in position: sum_j explained_variance_j * r_k_j^2."),
+        _m("pc0_pos_share_q", "PC0's part of pos_var_q: explained_variance_0 * r_q_0^2 / pos_var_q."),
+        _m("pc0_pos_share_k", "PC0's part of pos_var_k."),
+        _m("qk_separation_pc0", "|mu_q - mu_k| on PC0 (Q/K cluster separation)."),
+        _m("fisher_pc0", "Fisher ratio (mu_q - mu_k)^2 / (sd_q^2 + sd_k^2) on PC0."),
+        _m("qk_accuracy_pc01", "Balanced training accuracy of a linear discriminant (Q vs K) on (PC0, PC1)."),
+    ),
+)
+
+PCA = Table(
+    "pca",
+    "Combined Q/K PCA (seed 003): one row per head and principal component, sign-canonicalised.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("pc", i32, "Principal component index, 0-based, eigenvalues descending."),
+        _m("eigenvalue", "Eigenvalue of the pooled Q/K covariance (population).", t_power=0),
+        _m("explained_variance", "eigenvalue / trace of the pooled covariance (sklearn's explained_variance_ratio_)."),
+        _m("r_q", "Pearson r of the Q projections with Q positions (>= 0 after canonicalisation unless |r_q| < 0.05)."),
+        _m("r_k", "Pearson r of the K projections with K positions; its sign says whether K's gradient agrees with Q's."),
+        _m("mu_q", "Mean of the canonical Q projections (pooled mean removed)."),
+        _m("mu_k", "Mean of the canonical K projections."),
+        _m("sd_q", "Population standard deviation of the Q projections."),
+        _m("sd_k", "Population standard deviation of the K projections."),
+        _m("fisher", "(mu_q - mu_k)^2 / (sd_q^2 + sd_k^2)."),
+        Column("sign_anchor", s, "Which correlation fixed the sign: 'q' (r_q >= 0) or 'k' (|r_q| < 0.05, so r_k >= 0)."),
+    ),
+)
+
+ROTATION = Table(
+    "rotation",
+    "Planar rotation model (seed 002): drift axis a, separation axis b and the parametric recency bias.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        _m("position_r", "|corr(X a, t)| over pooled Q and K."),
+        _m("omega", "Angular frequency (rad/token) of the head's strongest rotation plane (RoPE plane or complement pair).", t_power=-1),
+        _m("omega_r_squared", "Phase coherence squared of that plane at omega (Q/K weighted)."),
+        _m("r_q_a", "corr(Q a, t_q): Q position signal on the drift axis."),
+        _m("r_k_a", "corr(K a, t_k): K position signal on the drift axis."),
+        _m("alpha_q", "OLS slope of Q a on t_q (units per token).", t_power=-1),
+        _m("alpha_k", "OLS slope of K a on t_k (units per token).", t_power=-1),
+        _m("mu_q_a", "Mean of Q a (raw, uncentred)."),
+        _m("mu_k_a", "Mean of K a."),
+        _m("mu_q_b", "Mean of Q b."),
+        _m("mu_k_b", "Mean of K b."),
+        _m("bias_strength", "mu_q_a * alpha_k: the key-position (recency) bias per token.", t_power=-1),
+        _m("separation_strength", "b' C_delta b / tr(C_delta): share of E||q - k||^2 along b."),
+        _m("var_frac_a", "a' C a / tr(C): share of pooled variance along a."),
+        _m("var_frac_b", "b' C b / tr(C): share of pooled variance along b."),
+        _m("plane_var_fraction", "var_frac_a + var_frac_b."),
+        _m("residual_pos_r", "Largest |corr| of position with any direction orthogonal to {a, b} (~1e-14: the drift lemma)."),
+        _m("content_var_b", "(var(Q b) + var(K b)) / 2: within-class variance on b."),
+        _m("drift_norm", "||cov(X, t)||, the length of the position covariance vector.", t_power=None),
+        Column("b_method", s, "'eig' (top eigenvector of (I - aa')C_delta(I - aa')) or 'mean_diff' (projected mu_Q - mu_K)."),
+    ),
+)
+
+COMPLEMENT = Table(
+    "complement",
+    "SVD pairs of the complement of {a, b} (seed 002 Finding 4): rings whose angle turns with position.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("pair", i32, "SVD pair index i: scores (s_2i, s_2i+1) of the centred complement."),
+        _m("var_frac", "The pair's share of complement variance."),
+        _m("angle_r", "Circular-linear correlation of theta = atan2(s_2i+1, s_2i) with position, in [0, 1]."),
+        _m("ring", "1 - var(r) / mean(r^2) for the radius r: 1 for a perfect ring, 0 for mass at the centre."),
+        _m("omega", "Frequency (rad/token) maximising the Q/K-weighted phase coherence.", t_power=-1),
+        _m("omega_r_squared", "Phase coherence squared at omega."),
+        _m("qk_accuracy", "Balanced linear Q-vs-K accuracy on the pair (~0.5 on a shared ring)."),
+        Column("active", b, "The pair counts as a rotation plane (thresholds in the params view)."),
+    ),
+)
+
+ROPE_PLANES = Table(
+    "rope_planes",
+    "RoPE planes of the raw coordinates: phase locking after undoing RoPE's rotation.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("j", i32, "RoPE plane index j < d/2."),
+        Column("omega", f64, "Frequency of the plane in rad/token (rope_theta^(-2j/d), or fitted)."),
+        Column("omega_source", s, "'given' (from rope_theta) or 'fitted' (rope_theta unknown)."),
+        Column("turns", f64, "omega * (position range) / 2pi: how many turns the plane makes over the data."),
+        Column("coherence_q", f64, "|mean over Q of z/|z| * exp(-i omega t)|: Q phase locking after undoing RoPE."),
+        Column("coherence_k", f64, "The same over K."),
+        Column("raw_coherence_q", f64, "|mean over Q of z/|z||, without undoing RoPE."),
+        Column("raw_coherence_k", f64, "The same over K."),
+        Column("radius_q", f64, "Mean |z| over Q."),
+        Column("radius_k", f64, "Mean |z| over K."),
+        Column("var_frac", f64, "The plane's share of total pooled variance."),
+        Column("rotating", b, "The plane carries a RoPE ring: de-rotated coherence >= 0.5 for Q or K and turns >= 1."),
+    ),
+)
+
+POINTS = Table(
+    "points",
+    "A seeded sample of query and key vectors per head, projected for scatter figures.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("idx", i32, "Point index within the head's sample."),
+        Column("kind", s, "'q' or 'k'."),
+        Column("position", i64, "Token position."),
+        Column("example_id", i32, "Input text the vector came from."),
+        Column("pc0", f64, "Canonical PC0 projection (pooled mean removed)."),
+        Column("pc1", f64, "Canonical PC1 projection."),
+        Column("a", f64, "Raw coordinate on the drift axis a."),
+        Column("b", f64, "Raw coordinate on the separation axis b."),
+        *(Column(f"c{i}", f64, f"Complement SVD score {i} (collage heads only, else NULL).") for i in range(60)),
+    ),
+)
+
+INGEST_RUNS = Table(
+    "ingest_runs",
+    "One row per successful ingest: source, revision, parameters, versions, timing, heads done and skipped.",
+    (
+        MODEL,
+        Column("run_id", s, "Unique id of the run."),
+        Column("source", s, "'hub', 'path', 'sample' or 'simulate'."),
+        Column("location", s, "Dataset repo or local path."),
+        Column("revision", s, "Branch or revision asked for (Hub)."),
+        Column("commit", s, "Resolved commit sha (Hub)."),
+        Column("parameters", s, "Ingest parameters as JSON."),
+        Column("qkdb_version", s, "qkdb version that ran the ingest."),
+        Column("started_at", pa.timestamp("us", tz="UTC"), "Start time."),
+        Column("finished_at", pa.timestamp("us", tz="UTC"), "Publish time."),
+        Column("heads_done", i32, "Query heads ingested."),
+        Column("heads_skipped", i32, "Query heads skipped."),
+        Column("skipped", s, "JSON list of {head, reason} for skipped heads."),
+    ),
+    versioned=False,
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, INGEST_RUNS)
+}

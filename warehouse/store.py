@@ -1,0 +1,210 @@
+"""Parquet tables on disk, published per model atomically.
+
+Layout under the home::
+
+    <table>/model=<m>            -> ../.store/<m>/current/<table>   (symlink, versioned tables)
+    .store/<m>/current           -> v<timestamp>-<id>               (symlink swapped atomically)
+    .store/<m>/v…/<table>/data.parquet
+    ingest_runs/model=<m>/<run_id>.parquet                          (append-only history)
+    .staging/<m>.<pid>.<id>/…                                       (an ingest in progress)
+
+Readers resolve ``<table>/model=<m>/data.parquet`` through ``current``: swapping that one link
+switches every table of the model at once, so a reader sees the old complete model or the new
+complete one. Nothing is ever written inside a glob that queries read, except by rename.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from filelock import FileLock, Timeout
+
+from qkdb.errors import WarehouseError
+from qkdb.warehouse.schema import TABLES, Table
+
+STORE, STAGING, LOCKS = ".store", ".staging", ".locks"
+DATA = "data.parquet"
+
+
+def check_model_name(model: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", model or ""):
+        raise WarehouseError(
+            f"model name {model!r} is not usable as a partition: use letters, digits and . _ + -"
+        )
+    return model
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def model_lock(home: Path, model: str) -> FileLock:
+    (home / LOCKS).mkdir(parents=True, exist_ok=True)
+    return FileLock(str(home / LOCKS / f"{model}.lock"))
+
+
+def acquire_model(home: Path, model: str, wait: float = 0.0) -> FileLock:
+    """Hold the model's lock (one ingest or removal per model at a time)."""
+    lock = model_lock(home, model)
+    try:
+        lock.acquire(timeout=wait if wait > 0 else 0, blocking=wait > 0)
+    except Timeout:
+        raise WarehouseError(
+            f"another qkdb process is ingesting or removing model {model!r} in {home}; "
+            "wait for it to finish (or pass --wait SECONDS)"
+        ) from None
+    return lock
+
+
+class Staging:
+    """A model version being written: one streaming parquet writer per table."""
+
+    def __init__(self, home: Path, model: str):
+        self.home, self.model = home, model
+        self.dir = home / STAGING / f"{model}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
+        self.dir.mkdir(parents=True)
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self.rows: dict[str, int] = {}
+
+    def write(self, table: Table, batch: pa.RecordBatch | pa.Table) -> None:
+        if table.name not in self._writers:
+            (self.dir / table.name).mkdir()
+            self._writers[table.name] = pq.ParquetWriter(
+                self.dir / table.name / DATA, table.arrow_schema, compression="zstd"
+            )
+            self.rows[table.name] = 0
+        self._writers[table.name].write(batch)
+        self.rows[table.name] += batch.num_rows
+
+    def close(self) -> None:
+        """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
+        for table in TABLES.values():
+            if table.versioned and table.name not in self._writers:
+                self.write(table, table.arrow_schema.empty_table())
+        for name, w in self._writers.items():
+            w.close()
+            _fsync_file(self.dir / name / DATA)
+            _fsync_dir(self.dir / name)
+        self._writers.clear()
+        _fsync_dir(self.dir)
+
+    def discard(self) -> None:
+        for w in self._writers.values():
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _replace_symlink(link: Path, target: str) -> None:
+    tmp = link.parent / f".{link.name}.{uuid.uuid4().hex[:8]}.tmp"
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def publish(staging: Staging) -> str:
+    """Make the staged version the model's current one, atomically; returns the version name."""
+    home, model = staging.home, staging.model
+    store = home / STORE / model
+    store.mkdir(parents=True, exist_ok=True)
+    version = f"v{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    os.rename(staging.dir, store / version)
+    _fsync_dir(store)
+    _replace_symlink(store / "current", version)
+    _fsync_dir(store)
+    # Table links are created once per model and never change: they point through `current`.
+    for table in TABLES.values():
+        if not table.versioned:
+            continue
+        tdir = home / table.name
+        tdir.mkdir(exist_ok=True)
+        link = tdir / f"model={model}"
+        if not link.is_symlink():
+            _replace_symlink(link, f"../{STORE}/{model}/current/{table.name}")
+            _fsync_dir(tdir)
+    cleanup_model(home, model)
+    return version
+
+
+def append(home: Path, table: Table, model: str, name: str, data: pa.Table) -> Path:
+    """Add one file to an append-only table (temp file outside the glob, then rename)."""
+    folder = home / table.name / f"model={model}"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    pq.write_table(data, tmp, compression="zstd")
+    _fsync_file(tmp)
+    final = folder / f"{name}.parquet"
+    os.replace(tmp, final)
+    _fsync_dir(folder)
+    return final
+
+
+def cleanup_model(home: Path, model: str) -> None:
+    """Remove what a crashed or replaced ingest left (call with the model lock held)."""
+    staging = home / STAGING
+    if staging.is_dir():
+        for d in staging.glob(f"{model}.*"):
+            shutil.rmtree(d, ignore_errors=True)
+    store = home / STORE / model
+    if not store.is_dir():
+        return
+    current = os.readlink(store / "current") if (store / "current").is_symlink() else None
+    for entry in store.iterdir():
+        if entry.name == "current" or entry.name == current:
+            continue
+        if entry.is_symlink() or entry.is_file():
+            entry.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def is_ingested(home: Path, model: str) -> bool:
+    return (home / STORE / model / "current").is_symlink()
+
+
+def ingested_models(home: Path) -> list[str]:
+    store = home / STORE
+    if not store.is_dir():
+        return []
+    return sorted(p.name for p in store.iterdir() if (p / "current").is_symlink())
+
+
+def remove(home: Path, model: str) -> None:
+    """Delete a model from every table (call with the model lock held).
+
+    First every table is switched at once to an empty version, so readers never see some
+    tables of the model without the others; then the files go.
+    """
+    store = home / STORE / model
+    if (store / "current").is_symlink():
+        empty = Staging(home, model)
+        empty.close()
+        name = f"removing-{uuid.uuid4().hex[:8]}"
+        os.rename(empty.dir, store / name)
+        _replace_symlink(store / "current", name)
+    for table in TABLES.values():
+        link = home / table.name / f"model={model}"
+        if link.is_symlink():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+    shutil.rmtree(home / STORE / model, ignore_errors=True)
+    cleanup_model(home, model)
