@@ -234,6 +234,7 @@ def _ingest_groups(
             notes.extend(rows.notes)
             done += 1
             progress("head", layer=outcome.layer, head=outcome.head, ok=True)
+            store.pause_for_tests("QKDB_TEST_HEAD_DELAY")
         if done == 0:
             raise InputError(f"{location}: no head could be ingested ({len(skipped)} skipped)")
         published = dt.datetime.now(dt.timezone.utc)

@@ -121,16 +121,18 @@ def _replace_symlink(link: Path, target: str) -> None:
 
 
 def publish(staging: Staging) -> str:
-    """Make the staged version the model's current one, atomically; returns the version name."""
+    """Make the staged version the model's current one, atomically; returns the version name.
+
+    The swap of ``current`` is the single commit point. Table links are made before it: on a
+    model's first publish they dangle until the swap, and DuckDB's globs skip dangling links, so
+    a crash anywhere leaves either no trace visible to queries or the complete new version.
+    """
     home, model = staging.home, staging.model
     store = home / STORE / model
     store.mkdir(parents=True, exist_ok=True)
     version = f"v{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     os.rename(staging.dir, store / version)
     _fsync_dir(store)
-    _replace_symlink(store / "current", version)
-    _fsync_dir(store)
-    # Table links are created once per model and never change: they point through `current`.
     for table in TABLES.values():
         if not table.versioned:
             continue
@@ -140,8 +142,18 @@ def publish(staging: Staging) -> str:
         if not link.is_symlink():
             _replace_symlink(link, f"../{STORE}/{model}/current/{table.name}")
             _fsync_dir(tdir)
+    pause_for_tests("QKDB_TEST_PUBLISH_DELAY")
+    _replace_symlink(store / "current", version)
+    _fsync_dir(store)
     cleanup_model(home, model)
     return version
+
+
+def pause_for_tests(var: str) -> None:
+    # Test hook: lets the crash-safety tests SIGKILL an ingest at a chosen moment.
+    delay = os.environ.get(var)
+    if delay:
+        time.sleep(float(delay))
 
 
 def append(home: Path, table: Table, model: str, name: str, data: pa.Table) -> Path:

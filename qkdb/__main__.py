@@ -1,0 +1,5 @@
+"""``python -m qkdb`` runs the CLI."""
+
+from qkdb.cli import main
+
+main()
