@@ -234,5 +234,7 @@ def write_head(
     if token_str is not None:
         cols["token_str"] = pa.array(token_str, pa.string())
     path = folder / DATA_FILE
-    pq.write_table(pa.table(cols), path, compression="zstd")
+    # Dictionary-encoding full-mantissa floats is wasted work (they never repeat).
+    dict_cols = [c for c in cols if c != "vector"]
+    pq.write_table(pa.table(cols), path, compression="zstd", use_dictionary=dict_cols)
     return path

@@ -1,0 +1,973 @@
+"""A generative model of post-RoPE queries and keys with planted parameters (SPEC §3.2).
+
+``simulate`` writes a dataset in the sniffed-qk layout (SPEC §3.1) whose geometry is known
+exactly, so that tests, benchmarks and users can check what the metrics recover.
+
+The model, per head, kind ``κ ∈ {q, k}``, integer token position ``t``::
+
+    x(t) = m0 + μ_κ + α_κ · (t − t_c) · u + Σ_j ring_{κ,j}(t) + ε
+
+* ``u`` (drift direction) and ``w`` (offset direction) are orthonormal; ``μ_κ = mu_κ_a · u + mu_κ_w · w``
+  with ``mu_q_w − mu_k_w = sep``. The drift is centred at ``t_c = (max_position − 1) / 2``, the mean
+  position, so that the mean of ``Q·u`` is ``mu_q_a`` as the seeds' ``mu_q_a`` (a raw mean) measures it,
+  and the planted recency bias is ``bias_strength = mu_q_a · alpha_k``.
+* ``ring_{κ,j}(t) = r_j · (cos(ω_j t + φ_{κ,j} + η), sin(ω_j t + φ_{κ,j} + η))`` in the coordinate pair of
+  RoPE plane ``j`` (``half``: ``(j, j + d/2)``; ``interleaved``: ``(2j, 2j + 1)``), ``ω_j = θ^(−2j/d)``,
+  ``η ~ N(0, phase_jitter²)`` per vector. This is RoPE applied to a constant pre-RoPE component; Q and K
+  share ω but not the phase offset. ``rope_theta=None`` means no RoPE: no rings at all.
+* ``u``, ``w`` and the common mean ``m0`` live in the coordinates no ring plane uses, so the planted
+  drift is exactly linear and the planted axes are recoverable.
+* ``ε`` is isotropic Gaussian content noise with standard deviation ``noise`` per coordinate.
+
+GQA: the query heads ``g·r … g·r + r − 1`` of a layer share key head ``g`` (``r = n_q / n_kv``), its
+vectors, its frame ``(u, w, m0)``, its ring planes and its key-side parameters.
+
+Every random stream is derived from ``(seed, purpose, layer, head)``, so a head's planted parameters
+do not depend on the number of vectors, on which heads are sampled or on the order of generation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from qkdb.errors import QkdbError
+from qkdb.ingest.layout import HEAD_DIR, METADATA_FILE, write_head, write_metadata
+
+PLANTED_FILE = "planted.json"
+PLANTED_FORMAT = "qkdb-planted/1"
+PAIRINGS = ("half", "interleaved")
+DTYPES = ("float32", "float16")
+POSITION_SAMPLING = ("stratified", "iid")
+
+# Fields of HeadParams that belong to the key head (and its frame) and so are shared by every
+# query head of a GQA group. The key mean on w (``mu_k_w``, default ``-sep/2``) is shared too: the
+# group takes it from its first head, and a query head places its mean at ``mu_k_w + sep``.
+KEY_FIELDS = (
+    "mu_k_a",
+    "alpha_k",
+    "phase_k",
+    "ring_planes",
+    "ring_radius",
+    "noise",
+    "phase_jitter",
+    "m0_norm",
+)
+QUERY_FIELDS = ("mu_q_a", "alpha_q", "sep", "phase_q")
+
+
+@dataclass(frozen=True)
+class HeadParams:
+    """Planted parameters of one query head together with those of its key head.
+
+    Attributes
+    ----------
+    mu_q_a, mu_k_a
+        Mean of the query / key projections on the drift direction ``u``.
+    alpha_q, alpha_k
+        Drift slopes per token of ``Q·u`` and ``K·u``.
+    sep
+        Distance of the query and key means along the offset direction ``w`` (``mu_q_w − mu_k_w``).
+    mu_k_w
+        Key mean on ``w``; ``None`` means ``−sep / 2`` (so the query mean is ``+sep / 2``).
+    noise
+        Standard deviation of the isotropic content noise, per coordinate.
+    ring_planes
+        RoPE planes ``j`` that carry a ring (ignored when ``rope_theta`` is ``None``).
+    ring_radius
+        Ring radius, one value or one per ring plane.
+    phase_q, phase_k
+        Phase offsets (radians) of the query and key rings, one value or one per ring plane.
+    phase_jitter
+        Standard deviation (radians) of the per-vector phase noise of the rings.
+    m0_norm
+        Norm of the common mean ``m0`` (a random direction orthogonal to ``u``, ``w`` and the rings).
+    """
+
+    mu_q_a: float = 5.0
+    mu_k_a: float = 1.0
+    alpha_q: float = 2.0e-3
+    alpha_k: float = 3.6e-3
+    sep: float = 30.0
+    noise: float = 1.0
+    ring_planes: tuple[int, ...] = (0, 2, 4, 6)
+    ring_radius: float | tuple[float, ...] = 4.0
+    phase_q: float | tuple[float, ...] = 0.0
+    phase_k: float | tuple[float, ...] = 1.5
+    phase_jitter: float = 0.1
+    mu_k_w: float | None = None
+    m0_norm: float = 0.0
+
+    @property
+    def key_w(self) -> float:
+        """The key mean on ``w``."""
+        return -self.sep / 2.0 if self.mu_k_w is None else float(self.mu_k_w)
+
+    @property
+    def query_w(self) -> float:
+        """The query mean on ``w`` (``key_w + sep``)."""
+        return self.key_w + self.sep
+
+    @property
+    def bias_strength(self) -> float:
+        """The planted recency bias ``mu_q_a · alpha_k`` (seed 002)."""
+        return self.mu_q_a * self.alpha_k
+
+    def key_side(self) -> tuple:
+        """The values of the key-side fields (:data:`KEY_FIELDS`), for comparing two heads' key heads."""
+        return tuple(getattr(self, f) for f in KEY_FIELDS)
+
+    def joining(self, key: HeadParams, what: str = "query head") -> HeadParams:
+        """These parameters as a query head of ``key``'s group: key side checked, key mean on w adopted.
+
+        Raises :class:`QkdbError` when a key-side field, or an explicit ``mu_k_w``, disagrees with ``key``.
+        """
+        diff = [f for f in KEY_FIELDS if getattr(self, f) != getattr(key, f)]
+        if self.mu_k_w is not None and self.mu_k_w != key.key_w:
+            diff.append("mu_k_w")
+        if diff:
+            raise QkdbError(f"{what} shares a key head but differs from it on {', '.join(diff)}")
+        return dataclasses.replace(self, mu_k_w=key.key_w)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The coordinates of one key head's geometry, shared by its query heads.
+
+    ``planes`` are the ring planes, ``coords`` their coordinate pairs (cos, sin), ``omegas`` their
+    RoPE frequencies; ``u``, ``w``, ``m0`` are zero on every ring coordinate.
+    """
+
+    d: int
+    pairing: str
+    rope_theta: float | None
+    planes: np.ndarray  # (P,) int
+    coords: np.ndarray  # (P, 2) int
+    omegas: np.ndarray  # (P,) float64
+    u: np.ndarray  # (d,) float64
+    w: np.ndarray  # (d,) float64
+    m0: np.ndarray  # (d,) float64
+
+
+@dataclass
+class SimHead:
+    """Simulated vectors of one query head and its key head, with the frame they were drawn in.
+
+    ``Q`` (n_q, d) and ``K`` (n_k, d) are float64; ``t_q``, ``t_k`` integer positions; ``ex_q``,
+    ``ex_k`` example ids. Pass ``sim.key`` (or ``sim`` itself) as ``K=`` to :func:`simulate_head`
+    to draw another query head of the same GQA group.
+    """
+
+    Q: np.ndarray
+    t_q: np.ndarray
+    ex_q: np.ndarray
+    K: np.ndarray
+    t_k: np.ndarray
+    ex_k: np.ndarray
+    u: np.ndarray
+    w: np.ndarray
+    m0: np.ndarray
+    frame: Frame
+    params: HeadParams
+    drift_center: float
+
+    @property
+    def key(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(K, t_k, ex_k)``."""
+        return self.K, self.t_k, self.ex_k
+
+
+# --------------------------------------------------------------------------- geometry helpers
+
+
+def rope_coords(planes: Sequence[int] | np.ndarray, d: int, pairing: str = "half") -> np.ndarray:
+    """Coordinate pairs ``(P, 2)`` of RoPE planes: ``(j, j + d/2)`` for ``half``, ``(2j, 2j+1)`` for ``interleaved``."""
+    if pairing not in PAIRINGS:
+        raise QkdbError(f"rope pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    p = np.asarray(planes, dtype=np.int64).reshape(-1)
+    if pairing == "half":
+        return np.stack([p, p + d // 2], axis=1)
+    return np.stack([2 * p, 2 * p + 1], axis=1)
+
+
+def rope_omegas(planes: Sequence[int] | np.ndarray, d: int, rope_theta: float) -> np.ndarray:
+    """RoPE frequencies ``ω_j = rope_theta^(−2j/d)`` in radians per token."""
+    p = np.asarray(planes, dtype=np.float64).reshape(-1)
+    return np.power(float(rope_theta), -2.0 * p / d)
+
+
+def position_buckets(positions: np.ndarray) -> np.ndarray:
+    """``floor(log2(position + 1))``, exactly (via the binary exponent, not a rounded log)."""
+    _, exponent = np.frexp(np.asarray(positions, dtype=np.float64) + 1.0)
+    return (exponent - 1).astype(np.int32)
+
+
+def draw_positions(
+    n: int, max_position: int, n_examples: int, rng: np.random.Generator, positions: str = "stratified"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Integer positions in ``[0, max_position)`` and example ids uniform in ``[0, n_examples)``.
+
+    ``positions="iid"`` draws each position independently and uniformly. ``"stratified"`` (the default)
+    cuts ``[0, max_position)`` into ``n`` equal strata and draws one position uniformly in each, in
+    shuffled order: every position is still uniform on its own, but the sample's mean and spread match
+    the uniform law to O(max_position / n) instead of O(max_position / √n). Independent draws would let
+    the Q and K mean positions differ by ~max_position/√n, and that difference times the Q/K offset
+    (``sep``) tilts the pooled position covariance away from ``u`` by tens of degrees at a few thousand
+    vectors — a sampling artefact that would hide the planted drift axis.
+    """
+    if positions not in POSITION_SAMPLING:
+        raise QkdbError(f"positions must be one of {', '.join(POSITION_SAMPLING)}, got {positions!r}")
+    ex = rng.integers(0, n_examples, size=n, dtype=np.int64)
+    if positions == "iid":
+        t = rng.integers(0, max_position, size=n, dtype=np.int64)
+    else:
+        u01 = (np.arange(n) + rng.random(n)) / n
+        t = np.minimum(np.floor(u01 * max_position).astype(np.int64), max_position - 1)
+        t = rng.permutation(t)
+    return t, ex
+
+
+def _validate_planes(planes: Sequence[int], d: int) -> np.ndarray:
+    p = np.asarray(tuple(planes), dtype=np.int64).reshape(-1)
+    if d % 2:
+        raise QkdbError(f"head_dim must be even for RoPE, got {d}")
+    if p.size and (p.min() < 0 or p.max() >= d // 2):
+        raise QkdbError(f"ring planes {tuple(int(x) for x in p)} out of range: head_dim {d} has planes 0..{d // 2 - 1}")
+    if len(np.unique(p)) != p.size:
+        raise QkdbError(f"ring planes {tuple(int(x) for x in p)} repeat a plane")
+    return np.sort(p)
+
+
+def _per_plane(value, n_planes: int, name: str) -> np.ndarray:
+    if n_planes == 0:  # no rings (no RoPE): per-plane values are moot
+        return np.zeros(0)
+    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    if arr.size == 1:
+        return np.full(n_planes, float(arr[0]))
+    if arr.size != n_planes:
+        raise QkdbError(f"{name} has {arr.size} values for {n_planes} ring planes")
+    return arr
+
+
+def _unit_in(free: np.ndarray, d: int, rng: np.random.Generator, against: Sequence[np.ndarray] = ()) -> np.ndarray:
+    """A random unit vector supported on the ``free`` coordinates, orthogonal to ``against``."""
+    for _ in range(100):
+        v = np.zeros(d)
+        v[free] = rng.standard_normal(free.size)
+        for a in against:
+            v -= (v @ a) * a
+        norm = np.linalg.norm(v)
+        if norm > 1e-8:
+            return v / norm
+    raise QkdbError("could not draw a direction in the coordinates free of rings")  # pragma: no cover
+
+
+def make_frame(
+    params: HeadParams,
+    d: int,
+    *,
+    rope_theta: float | None,
+    pairing: str,
+    rng: np.random.Generator,
+    u: np.ndarray | None = None,
+    w: np.ndarray | None = None,
+    m0: np.ndarray | None = None,
+) -> Frame:
+    """The frame of a key head: ring planes and their coordinates, and ``u``, ``w``, ``m0`` in the free coordinates.
+
+    Directions not given are drawn from ``rng`` (``u`` first, then ``w``, then ``m0``); given ones are
+    checked to be unit, orthogonal and zero on the ring coordinates.
+    """
+    if d < 2:
+        raise QkdbError(f"head_dim must be at least 2, got {d}")
+    if pairing not in PAIRINGS:
+        raise QkdbError(f"rope pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    if rope_theta is None:
+        planes = np.zeros(0, dtype=np.int64)
+        omegas = np.zeros(0)
+    else:
+        if not (math.isfinite(rope_theta) and rope_theta > 1.0):
+            raise QkdbError(f"rope_theta must be a number > 1, got {rope_theta}")
+        planes = _validate_planes(params.ring_planes, d)
+        omegas = rope_omegas(planes, d, rope_theta)
+    coords = rope_coords(planes, d, pairing) if planes.size else np.zeros((0, 2), dtype=np.int64)
+    used = np.zeros(d, dtype=bool)
+    used[coords.reshape(-1)] = True
+    free = np.flatnonzero(~used)
+    if free.size < 2:
+        raise QkdbError(
+            f"ring planes {tuple(int(p) for p in planes)} leave {free.size} of {d} coordinates free; "
+            "the drift and offset directions need at least 2"
+        )
+
+    def given(v: np.ndarray | None, name: str) -> np.ndarray | None:
+        if v is None:
+            return None
+        v = np.asarray(v, dtype=np.float64).reshape(-1)
+        if v.shape != (d,):
+            raise QkdbError(f"{name} has {v.size} coordinates, expected head_dim {d}")
+        if used.any() and np.max(np.abs(v[used])) > 1e-9 * max(1.0, np.linalg.norm(v)):
+            raise QkdbError(f"{name} must be zero on the ring-plane coordinates")
+        return v
+
+    u, w, m0 = given(u, "u"), given(w, "w"), given(m0, "m0")
+    if u is None:
+        u = _unit_in(free, d, rng)
+    elif abs(np.linalg.norm(u) - 1.0) > 1e-9:
+        raise QkdbError("u must be a unit vector")
+    if w is None:
+        w = _unit_in(free, d, rng, against=(u,))
+    elif abs(np.linalg.norm(w) - 1.0) > 1e-9 or abs(u @ w) > 1e-9:
+        raise QkdbError("w must be a unit vector orthogonal to u")
+    if m0 is None:
+        m0 = np.zeros(d)
+        if params.m0_norm and free.size > 2:
+            m0 = params.m0_norm * _unit_in(free, d, rng, against=(u, w))
+    return Frame(d, pairing, rope_theta, planes, coords, omegas, u, w, m0)
+
+
+def _vectors(
+    frame: Frame,
+    *,
+    mu_a: float,
+    mu_w: float,
+    alpha: float,
+    phases: np.ndarray,
+    radii: np.ndarray,
+    noise: float,
+    phase_jitter: float,
+    t: np.ndarray,
+    drift_center: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Vectors of one kind at positions ``t`` (float64, (n, d)), vectorised over vectors.
+
+    Built as a (d, n) array and returned transposed (a Fortran-ordered (n, d) view): adding the rings
+    to whole coordinate rows is then contiguous, several times faster than column fancy-indexing.
+    """
+    n, d = t.size, frame.d
+    xt = np.empty((d, n))
+    rng.standard_normal(out=xt)
+    xt *= noise
+    tf = t.astype(np.float64)
+    # Mean and drift live on the free coordinates only (u, w, m0 vanish on ring coordinates).
+    xt += (frame.m0 + mu_a * frame.u + mu_w * frame.w)[:, None]
+    xt += np.multiply.outer(frame.u, alpha * (tf - drift_center))
+    if frame.planes.size:
+        angle = np.multiply.outer(frame.omegas, tf)
+        angle += phases[:, None]
+        if phase_jitter:
+            angle += phase_jitter * rng.standard_normal(angle.shape)
+        # Ring coordinates are disjoint from each other and from u, w, m0: adding in place is exact.
+        xt[frame.coords[:, 0]] += radii[:, None] * np.cos(angle)
+        xt[frame.coords[:, 1]] += radii[:, None] * np.sin(angle)
+    return xt.T
+
+
+def _check_counts(n: int, name: str) -> None:
+    if int(n) != n or n < 1:
+        raise QkdbError(f"{name} must be a positive integer, got {n}")
+
+
+def _check_params(params: HeadParams) -> None:
+    for f in ("mu_q_a", "mu_k_a", "alpha_q", "alpha_k", "sep", "noise", "phase_jitter", "m0_norm"):
+        v = getattr(params, f)
+        if not math.isfinite(v):
+            raise QkdbError(f"HeadParams.{f} must be finite, got {v}")
+    if params.noise < 0 or params.phase_jitter < 0 or params.m0_norm < 0:
+        raise QkdbError("HeadParams.noise, phase_jitter and m0_norm must be >= 0")
+    n_planes = len(tuple(params.ring_planes))
+    for f in ("ring_radius", "phase_q", "phase_k"):
+        size = np.asarray(getattr(params, f), dtype=np.float64).size
+        if size != 1 and size != n_planes:
+            raise QkdbError(f"HeadParams.{f} has {size} values for {n_planes} ring planes")
+
+
+def key_vectors(
+    params: HeadParams,
+    frame: Frame,
+    n_k: int,
+    *,
+    max_position: int,
+    n_examples: int,
+    rng: np.random.Generator,
+    positions: str = "stratified",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(K, t_k, ex_k)`` of a key head in ``frame`` from the key-side fields of ``params``."""
+    _check_counts(n_k, "n_k")
+    t, ex = draw_positions(n_k, max_position, n_examples, rng, positions)
+    P = frame.planes.size
+    K = _vectors(
+        frame,
+        mu_a=params.mu_k_a,
+        mu_w=params.key_w,
+        alpha=params.alpha_k,
+        phases=_per_plane(params.phase_k, P, "phase_k"),
+        radii=_per_plane(params.ring_radius, P, "ring_radius"),
+        noise=params.noise,
+        phase_jitter=params.phase_jitter,
+        t=t,
+        drift_center=(max_position - 1) / 2.0,
+        rng=rng,
+    )
+    return K, t, ex
+
+
+def query_vectors(
+    params: HeadParams,
+    frame: Frame,
+    n_q: int,
+    *,
+    max_position: int,
+    n_examples: int,
+    rng: np.random.Generator,
+    positions: str = "stratified",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(Q, t_q, ex_q)`` of a query head in ``frame`` (ring radius, noise and jitter from the key side)."""
+    _check_counts(n_q, "n_q")
+    t, ex = draw_positions(n_q, max_position, n_examples, rng, positions)
+    P = frame.planes.size
+    Q = _vectors(
+        frame,
+        mu_a=params.mu_q_a,
+        mu_w=params.query_w,
+        alpha=params.alpha_q,
+        phases=_per_plane(params.phase_q, P, "phase_q"),
+        radii=_per_plane(params.ring_radius, P, "ring_radius"),
+        noise=params.noise,
+        phase_jitter=params.phase_jitter,
+        t=t,
+        drift_center=(max_position - 1) / 2.0,
+        rng=rng,
+    )
+    return Q, t, ex
+
+
+def simulate_head(
+    params: HeadParams,
+    d: int,
+    n_q: int,
+    n_k: int,
+    *,
+    rope_theta: float | None = 10000.0,
+    pairing: str = "half",
+    max_position: int = 4096,
+    n_examples: int = 8,
+    rng: np.random.Generator,
+    u: np.ndarray | None = None,
+    w: np.ndarray | None = None,
+    m0: np.ndarray | None = None,
+    K: tuple | SimHead | None = None,
+    positions: str = "stratified",
+) -> SimHead:
+    """Simulate one query head and its key head.
+
+    Parameters
+    ----------
+    params
+        Planted parameters. With ``K`` a :class:`SimHead`, the key-side fields (:data:`KEY_FIELDS`)
+        must equal the ones that generated it, and the key mean on ``w`` is adopted from it (so the
+        query mean sits at ``key_w + sep``); the returned ``params`` say so explicitly. With ``K`` a
+        tuple, the caller vouches that ``params``' key side generated it.
+    d, n_q, n_k
+        Head dimension and numbers of query and key vectors (``n_k`` is ignored when ``K`` is given).
+    rope_theta
+        RoPE base; ``None`` means no RoPE, hence no rings whatever ``params.ring_planes`` says.
+    pairing
+        ``"half"`` (rotate-half: planes ``(j, j + d/2)``) or ``"interleaved"`` (``(2j, 2j + 1)``).
+    max_position, n_examples
+        Positions are uniform in ``[0, max_position)``, example ids uniform in ``[0, n_examples)``.
+    positions
+        ``"stratified"`` (default) or ``"iid"`` position sampling, see :func:`draw_positions`.
+    rng
+        Source of all randomness (frame directions not given, positions, noise, jitter).
+    u, w, m0
+        The frame's drift and offset directions and common mean; drawn when not given.
+    K
+        A key head to share: a :class:`SimHead` of the same group (its frame is reused), or a tuple
+        ``(K, t_k, ex_k)`` (then ``u`` and ``w``, and ``m0`` if nonzero, must be the ones it was drawn with).
+
+    Returns
+    -------
+    SimHead
+    """
+    _check_params(params)
+    _check_counts(max_position, "max_position")
+    _check_counts(n_examples, "n_examples")
+    if isinstance(K, SimHead):
+        src = K
+        if (src.frame.d, src.frame.pairing, src.frame.rope_theta, src.drift_center) != (
+            d, pairing, rope_theta, (max_position - 1) / 2.0
+        ):
+            raise QkdbError("K comes from a head simulated with another head_dim, pairing, rope_theta or max_position")
+        if u is not None or w is not None or m0 is not None:
+            raise QkdbError("simulate_head: u, w and m0 come from K when K is a SimHead; do not pass them")
+        params = params.joining(src.params)
+        frame = src.frame
+        keys = src.key
+    else:
+        if K is not None and (u is None or w is None):
+            raise QkdbError("simulate_head: pass u and w (the key head's frame) together with a K tuple")
+        frame = make_frame(params, d, rope_theta=rope_theta, pairing=pairing, rng=rng, u=u, w=w, m0=m0)
+        keys = None
+        if K is not None:
+            keys = tuple(np.asarray(a) for a in K)
+            if len(keys) != 3 or keys[0].ndim != 2 or keys[0].shape[1] != d:
+                raise QkdbError(f"K must be (K (n_k, {d}), t_k, ex_k)")
+    if keys is None:
+        keys = key_vectors(params, frame, n_k, max_position=max_position, n_examples=n_examples, rng=rng,
+                           positions=positions)
+    Q, t_q, ex_q = query_vectors(params, frame, n_q, max_position=max_position, n_examples=n_examples, rng=rng,
+                                 positions=positions)
+    Kv, t_k, ex_k = keys
+    return SimHead(
+        Q=Q,
+        t_q=t_q,
+        ex_q=ex_q,
+        K=Kv,
+        t_k=t_k,
+        ex_k=ex_k,
+        u=frame.u,
+        w=frame.w,
+        m0=frame.m0,
+        frame=frame,
+        params=params,
+        drift_center=(max_position - 1) / 2.0,
+    )
+
+
+def simulate_group(
+    params: Sequence[HeadParams],
+    d: int,
+    n_q: int,
+    n_k: int,
+    *,
+    rope_theta: float | None = 10000.0,
+    pairing: str = "half",
+    max_position: int = 4096,
+    n_examples: int = 8,
+    rng: np.random.Generator,
+    positions: str = "stratified",
+) -> list[SimHead]:
+    """Several query heads sharing one key head (a GQA group), drawn in one frame.
+
+    The key head is generated from ``params[0]``'s key side; the other heads must agree with it on
+    :data:`KEY_FIELDS` and adopt its key mean on ``w`` (see :meth:`HeadParams.joining`).
+    """
+    if not params:
+        raise QkdbError("simulate_group needs at least one HeadParams")
+    for i, p in enumerate(params[1:], start=1):
+        p.joining(params[0], what=f"query head {i} of the group")
+    first = simulate_head(
+        params[0], d, n_q, n_k, rope_theta=rope_theta, pairing=pairing, max_position=max_position,
+        n_examples=n_examples, rng=rng, positions=positions,
+    )
+    rest = [
+        simulate_head(
+            p, d, n_q, n_k, rope_theta=rope_theta, pairing=pairing, max_position=max_position,
+            n_examples=n_examples, rng=rng, K=first, positions=positions,
+        )
+        for p in params[1:]
+    ]
+    return [first, *rest]
+
+
+# --------------------------------------------------------------------------- parameter draws
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """Ranges the per-head parameters of :func:`simulate` are drawn from (resembling the seeds)."""
+
+    alpha_k: tuple[float, float] = (1.0e-3, 6.0e-3)  # per token
+    slope_ratio: float = 1.8  # median |alpha_k| / |alpha_q|
+    slope_ratio_spread: float = 0.25  # sd of log(ratio) around log(slope_ratio)
+    mu_q_a: tuple[float, float] = (2.0, 8.0)  # magnitude; sign negative with negative_fraction
+    negative_fraction: float = 0.013
+    mu_k_a: tuple[float, float] = (-2.0, 2.0)
+    sep: tuple[float, float] = (10.0, 50.0)
+    noise: tuple[float, float] = (0.8, 1.2)
+    ring_radius: tuple[float, float] = (2.0, 6.0)
+    phase_jitter: float = 0.1
+    m0_norm: tuple[float, float] = (0.0, 3.0)
+    ring_fraction: float = 0.125  # ring planes per head as a fraction of head_dim (16 of 128)
+    min_turns: float = 16.0  # ring planes turn at least this often over the position range (slow rings leak
+    # linear position covariance, ≈ radius / ω per coordinate, which would tilt the drift axis)
+
+    def __post_init__(self) -> None:
+        if not (self.slope_ratio > 0 and math.isfinite(self.slope_ratio)):
+            raise QkdbError(f"slope ratio must be a positive number, got {self.slope_ratio}")
+        if not 0.0 <= self.negative_fraction <= 1.0:
+            raise QkdbError(f"negative fraction must be in [0, 1], got {self.negative_fraction}")
+        for name in ("alpha_k", "mu_q_a", "mu_k_a", "sep", "noise", "ring_radius", "m0_norm"):
+            lo, hi = getattr(self, name)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise QkdbError(f"range {name} = ({lo}, {hi}) is not an interval")
+        if self.noise[0] < 0 or self.m0_norm[0] < 0 or self.phase_jitter < 0 or self.slope_ratio_spread < 0:
+            raise QkdbError("noise, m0_norm, phase_jitter and slope_ratio_spread ranges must be >= 0")
+
+
+def ring_plane_candidates(d: int, rope_theta: float, max_position: int, min_turns: float) -> np.ndarray:
+    """Planes whose ring turns at least ``min_turns`` times over ``[0, max_position)`` (plane 0 at least)."""
+    planes = np.arange(d // 2)
+    turns = rope_omegas(planes, d, rope_theta) * max_position / (2 * np.pi)
+    ok = planes[turns >= min_turns]
+    return ok if ok.size else planes[:1]
+
+
+def draw_key_params(
+    rng: np.random.Generator, d: int, *, rope_theta: float | None, max_position: int, ranges: Ranges
+) -> HeadParams:
+    """Key-side parameters of one key head (query-side fields are placeholders, see :func:`draw_query_params`)."""
+    alpha_k = rng.uniform(*ranges.alpha_k)
+    mu_k_a = rng.uniform(*ranges.mu_k_a)
+    sep_ref = rng.uniform(*ranges.sep)
+    noise = rng.uniform(*ranges.noise)
+    m0_norm = rng.uniform(*ranges.m0_norm)
+    planes: tuple[int, ...] = ()
+    radius: tuple[float, ...] = ()
+    phase_k: tuple[float, ...] = ()
+    if rope_theta is not None:
+        cand = ring_plane_candidates(d, rope_theta, max_position, ranges.min_turns)
+        # Keep at least two coordinates free for u and w.
+        n = min(cand.size, max(1, int(round(ranges.ring_fraction * d))), max(0, (d - 2) // 2))
+        planes = tuple(int(p) for p in np.sort(rng.choice(cand, size=n, replace=False))) if n else ()
+        radius = tuple(float(r) for r in rng.uniform(*ranges.ring_radius, size=n))
+        phase_k = tuple(float(p) for p in rng.uniform(0, 2 * np.pi, size=n))
+    return HeadParams(
+        mu_k_a=float(mu_k_a),
+        alpha_k=float(alpha_k),
+        mu_k_w=float(-sep_ref / 2),
+        noise=float(noise),
+        ring_planes=planes,
+        ring_radius=radius,
+        phase_k=phase_k,
+        phase_q=phase_k,
+        phase_jitter=float(ranges.phase_jitter),
+        m0_norm=float(m0_norm),
+    )
+
+
+def draw_query_params(rng: np.random.Generator, key: HeadParams, *, ranges: Ranges) -> HeadParams:
+    """A query head of the group of ``key``: its own mu_q_a, alpha_q, sep and ring phases."""
+    sign = -1.0 if rng.random() < ranges.negative_fraction else 1.0
+    mu_q_a = sign * rng.uniform(*ranges.mu_q_a)
+    ratio = ranges.slope_ratio * math.exp(ranges.slope_ratio_spread * rng.standard_normal())
+    alpha_q = key.alpha_k / ratio
+    sep = rng.uniform(*ranges.sep)
+    phase_q = tuple(float(p) for p in rng.uniform(0, 2 * np.pi, size=len(key.ring_planes)))
+    return dataclasses.replace(key, mu_q_a=float(mu_q_a), alpha_q=float(alpha_q), sep=float(sep), phase_q=phase_q)
+
+
+# --------------------------------------------------------------------------- writing a dataset
+
+# Purposes of the independent random streams: (seed, purpose, layer, head).
+_SAMPLE, _KEY_PARAMS, _QUERY_PARAMS, _FRAME, _KEY_VECTORS, _QUERY_VECTORS = range(6)
+
+
+def _stream(seed: int, purpose: int, layer: int = 0, head: int = 0) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(seed), purpose, layer, head]))
+
+
+def sample_query_heads(
+    layers: int, q_heads: int, n: int | None, seed: int, keep: Sequence[tuple[int, int]] = ()
+) -> list[tuple[int, int]]:
+    """A seeded sample of ``n`` (layer, head) pairs (all heads when ``n`` is None), always containing ``keep``."""
+    every = [(l, h) for l in range(layers) for h in range(q_heads)]
+    if n is None:
+        return every
+    if n < 1 or n > len(every):
+        raise QkdbError(f"sample of {n} query heads asked for; the model has {len(every)} (layers × q_heads)")
+    keep = sorted(set(keep))
+    if len(keep) > n:
+        raise QkdbError(f"{len(keep)} overridden heads do not fit in a sample of {n} query heads")
+    kept = set(keep)
+    rest = [hd for hd in every if hd not in kept]
+    idx = _stream(seed, _SAMPLE).choice(len(rest), size=n - len(keep), replace=False)
+    return sorted(keep + [rest[i] for i in idx])
+
+
+def _clear_previous(out: Path) -> None:
+    """Remove what an earlier simulation left at the top level of ``out`` (head folders, metadata)."""
+    for entry in out.iterdir():
+        if entry.is_dir() and not entry.is_symlink() and HEAD_DIR.match(entry.name):
+            shutil.rmtree(entry)
+        elif entry.name in (PLANTED_FILE, METADATA_FILE) and entry.is_file():
+            entry.unlink()
+
+
+def _head_record(layer: int, head: int, kv: int, p: HeadParams, frame: Frame, max_position: int) -> dict:
+    P = frame.planes.size
+    radii = _per_plane(p.ring_radius, P, "ring_radius")
+    ph_q = _per_plane(p.phase_q, P, "phase_q")
+    ph_k = _per_plane(p.phase_k, P, "phase_k")
+    return {
+        "layer": layer,
+        "head": head,
+        "kv_head": kv,
+        "mu_q_a": p.mu_q_a,
+        "mu_k_a": p.mu_k_a,
+        "alpha_q": p.alpha_q,
+        "alpha_k": p.alpha_k,
+        "bias_strength": p.bias_strength,
+        "slope_ratio": abs(p.alpha_k) / abs(p.alpha_q) if p.alpha_q else None,
+        "sep": p.sep,
+        "mu_q_w": p.query_w,
+        "mu_k_w": p.key_w,
+        "noise": p.noise,
+        "phase_jitter": p.phase_jitter,
+        "m0_norm": float(np.linalg.norm(frame.m0)),
+        "u": frame.u.tolist(),
+        "w": frame.w.tolist(),
+        "m0": frame.m0.tolist(),
+        "ring_planes": [
+            {
+                "plane": int(frame.planes[i]),
+                "coords": [int(c) for c in frame.coords[i]],
+                "omega": float(frame.omegas[i]),
+                "turns": float(frame.omegas[i] * max_position / (2 * np.pi)),
+                "radius": float(radii[i]),
+                "phase_q": float(ph_q[i]),
+                "phase_k": float(ph_k[i]),
+            }
+            for i in range(P)
+        ],
+    }
+
+
+def simulate(
+    out: str | os.PathLike,
+    *,
+    layers: int = 4,
+    q_heads: int = 8,
+    kv_heads: int = 2,
+    head_dim: int = 64,
+    vectors: int = 2000,
+    rope_theta: float | None = 10000.0,
+    pairing: str = "half",
+    sample_q_heads: int | None = None,
+    max_position: int = 4096,
+    n_examples: int = 8,
+    seed: int = 0,
+    overrides: dict[tuple[int, int], HeadParams] | None = None,
+    dtype: str = "float32",
+    model: str = "simulated",
+    family: str = "Simulated",
+    nope_layers: Sequence[int] = (),
+    ranges: Ranges | None = None,
+    positions: str = "stratified",
+    workers: int = 2,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Write a simulated dataset in the sniffed-qk layout with its planted parameters.
+
+    Parameters
+    ----------
+    out
+        Dataset root; created if missing. Head folders, ``planted.json`` and ``qkdb_dataset.json`` that
+        an earlier run left at its top level are replaced; other files are left alone.
+    layers, q_heads, kv_heads, head_dim
+        Architecture; ``q_heads`` must be a multiple of ``kv_heads``.
+    vectors
+        Vectors per head file (queries and keys alike).
+    rope_theta, pairing
+        RoPE base (``None``: no RoPE, no rings) and coordinate pairing (``half`` or ``interleaved``).
+    sample_q_heads
+        Write only a seeded sample of this many query heads across all layers (plus the key heads they
+        need); ``None`` writes every head. Overridden heads are always in the sample.
+    max_position, n_examples
+        Each vector's position is uniform in ``[0, max_position)``, its example id in ``[0, n_examples)``.
+    seed
+        Seeds every draw; the same arguments give identical files.
+    overrides
+        ``{(layer, query_head): HeadParams}`` replacing the drawn parameters of those heads. Their key-side
+        fields (:data:`KEY_FIELDS`) set the group's key head; overrides in one group must agree on them.
+    dtype
+        ``float32`` or ``float16`` for the written vectors (generation is float64).
+    model, family
+        Names recorded in ``qkdb_dataset.json``.
+    nope_layers
+        Layers without RoPE rings (like SmolLM3's NoPE layers): a built-in control.
+    ranges
+        Ranges of the drawn parameters (:class:`Ranges`).
+    positions
+        ``"stratified"`` (default) or ``"iid"`` position sampling, see :func:`draw_positions`.
+    workers
+        Threads writing parquet files while the next group is generated.
+    progress
+        Called as ``progress(files_written, files_total)``.
+
+    Returns
+    -------
+    Path
+        The dataset root.
+    """
+    for name, v in (("layers", layers), ("q_heads", q_heads), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                    ("vectors", vectors), ("max_position", max_position), ("n_examples", n_examples)):
+        _check_counts(v, name)
+    if q_heads % kv_heads:
+        raise QkdbError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
+    if dtype not in DTYPES:
+        raise QkdbError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if pairing not in PAIRINGS:
+        raise QkdbError(f"rope pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    if positions not in POSITION_SAMPLING:
+        raise QkdbError(f"positions must be one of {', '.join(POSITION_SAMPLING)}, got {positions!r}")
+    if rope_theta is not None and head_dim % 2:
+        raise QkdbError(f"head_dim must be even for RoPE, got {head_dim}")
+    nope = sorted({int(x) for x in nope_layers})
+    if nope and (nope[0] < 0 or nope[-1] >= layers):
+        raise QkdbError(f"nope_layers {nope} out of range 0..{layers - 1}")
+    ranges = ranges or Ranges()
+    overrides = dict(overrides or {})
+    for (l, h), p in overrides.items():
+        if not (0 <= l < layers and 0 <= h < q_heads):
+            raise QkdbError(f"override for head ({l}, {h}) outside {layers} layers × {q_heads} query heads")
+        if not isinstance(p, HeadParams):
+            raise QkdbError(f"override for head ({l}, {h}) is not a HeadParams")
+        _check_params(p)
+
+    ratio = q_heads // kv_heads
+    chosen = sample_query_heads(layers, q_heads, sample_q_heads, seed, keep=list(overrides))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for l, h in chosen:
+        groups.setdefault((l, h // ratio), []).append(h)
+    total = len(chosen) + len(groups)
+    t_c = (max_position - 1) / 2.0
+
+    # Settle the key heads that overrides define before touching the disk, so that a conflict or a bad
+    # ring layout fails without leaving half a dataset behind. The lowest overridden query head of a
+    # group defines its key head; the group's other overrides must agree with it.
+    override_keys: dict[tuple[int, int], HeadParams] = {}
+    defined_by: dict[tuple[int, int], int] = {}
+    for layer, h in sorted(overrides):
+        kv = h // ratio
+        if (layer, kv) not in override_keys:
+            key_p = overrides[(layer, h)]
+            override_keys[(layer, kv)] = dataclasses.replace(key_p, mu_k_w=key_p.key_w)
+            defined_by[(layer, kv)] = h
+            theta = None if layer in nope else rope_theta
+            make_frame(key_p, head_dim, rope_theta=theta, pairing=pairing, rng=np.random.default_rng(0))
+        overrides[(layer, h)] = overrides[(layer, h)].joining(
+            override_keys[(layer, kv)],
+            what=f"override for l{layer:02d}h{h:02d} "
+            f"(key head {kv}, set by l{layer:02d}h{defined_by[(layer, kv)]:02d})",
+        )
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise QkdbError(f"{out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    _clear_previous(out)
+
+    records: dict[str, dict] = {}
+    key_records: dict[str, dict] = {}
+    done = 0
+    pending: list[Future] = []
+
+    def settle(limit: int) -> None:
+        # Bound memory: at most `limit` generated files wait to be written.
+        nonlocal done
+        while len(pending) > limit:
+            pending.pop(0).result()
+            done += 1
+            if progress:
+                progress(done, total)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+
+        def submit(layer: int, head: int, kind: str, x: np.ndarray, t: np.ndarray, ex: np.ndarray) -> None:
+            pending.append(pool.submit(
+                write_head, out, layer, head, kind, x, t, example_id=ex, bucket=position_buckets(t), dtype=dtype,
+            ))
+            settle(2 * max(1, workers))
+
+        for (layer, kv), heads in groups.items():
+            theta = None if layer in nope else rope_theta
+            if (layer, kv) in override_keys:
+                key_p = override_keys[(layer, kv)]
+            else:
+                key_p = draw_key_params(_stream(seed, _KEY_PARAMS, layer, kv), head_dim, rope_theta=theta,
+                                        max_position=max_position, ranges=ranges)
+            frame = make_frame(key_p, head_dim, rope_theta=theta, pairing=pairing,
+                               rng=_stream(seed, _FRAME, layer, kv))
+            K, t_k, ex_k = key_vectors(key_p, frame, vectors, max_position=max_position, n_examples=n_examples,
+                                       rng=_stream(seed, _KEY_VECTORS, layer, kv), positions=positions)
+            submit(layer, kv, "k", K, t_k, ex_k)
+            del K
+            key_records[f"l{layer:02d}h{kv:02d}"] = {"layer": layer, "kv_head": kv, "q_heads": heads,
+                                                     "rope": theta is not None}
+            for h in heads:
+                if (layer, h) in overrides:
+                    p = overrides[(layer, h)]
+                else:
+                    p = draw_query_params(_stream(seed, _QUERY_PARAMS, layer, h), key_p, ranges=ranges)
+                Q, t_q, ex_q = query_vectors(p, frame, vectors, max_position=max_position, n_examples=n_examples,
+                                             rng=_stream(seed, _QUERY_VECTORS, layer, h), positions=positions)
+                submit(layer, h, "q", Q, t_q, ex_q)
+                del Q
+                records[f"l{layer:02d}h{h:02d}"] = _head_record(layer, h, kv, p, frame, max_position)
+        settle(0)
+
+    capture = {
+        "seed": int(seed),
+        "vectors": int(vectors),
+        "max_position": int(max_position),
+        "n_examples": int(n_examples),
+        "positions": positions,
+        "sample_q_heads": sample_q_heads,
+        "dtype": dtype,
+        "drift_center": t_c,
+        "planted": PLANTED_FILE,
+    }
+    settings = {
+        "model": model,
+        "family": family,
+        "n_layers": layers,
+        "n_q_heads": q_heads,
+        "n_kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "rope_theta": rope_theta,
+        "rope_pairing": pairing,
+        "nope_layers": nope,
+        **{k: v for k, v in capture.items() if k != "planted"},
+        "ranges": dataclasses.asdict(ranges),
+        "overridden_heads": sorted(f"l{l:02d}h{h:02d}" for l, h in overrides),
+    }
+    planted = {"format": PLANTED_FORMAT, "settings": settings, "heads": records, "key_heads": key_records}
+    (out / PLANTED_FILE).write_text(json.dumps(planted, indent=1, sort_keys=True) + "\n")
+    write_metadata(out, {
+        "model": model,
+        "family": family,
+        "n_layers": layers,
+        "n_q_heads": q_heads,
+        "n_kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "rope_theta": rope_theta,
+        "rope_pairing": pairing,
+        "rope_scaling": None,
+        "nope_layers": nope,
+        "source": "simulate",
+        "capture": capture,
+    })
+    return out
+
+
+def read_planted(root: str | os.PathLike) -> dict:
+    """The ``planted.json`` of a simulated dataset."""
+    path = Path(root) / PLANTED_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise QkdbError(f"{path}: no planted parameters (not a simulated dataset?)") from None
+    except (OSError, ValueError) as exc:
+        raise QkdbError(f"{path}: not a readable JSON file ({exc})") from exc

@@ -1,0 +1,150 @@
+"""``qkdb simulate``: write a dataset with planted geometry in the sniffed-qk layout (SPEC §3.2)."""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from qkdb.cli.app import app
+from qkdb.cli.common import err, note
+from qkdb.errors import QkdbError
+from qkdb.ingest.layout import HEAD_DIR
+from qkdb.ingest.simulate import PLANTED_FILE, Ranges
+from qkdb.ingest.simulate import simulate as run_simulation
+
+
+class Pairing(str, Enum):
+    half = "half"
+    interleaved = "interleaved"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+
+
+def _parse_layers(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        return sorted({int(x) for x in text.replace(";", ",").split(",") if x.strip()})
+    except ValueError:
+        raise QkdbError(f"--nope-layers expects comma-separated layer indices, got {text!r}") from None
+
+
+@app.command("simulate")
+def simulate_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset directory to write (created if missing).")],
+    layers: Annotated[int, typer.Option("--layers", min=1, help="Number of layers.")] = 4,
+    q_heads: Annotated[int, typer.Option("--q-heads", min=1, help="Query heads per layer.")] = 8,
+    kv_heads: Annotated[
+        int, typer.Option("--kv-heads", min=1, help="Key/value heads per layer (must divide --q-heads).")
+    ] = 2,
+    head_dim: Annotated[int, typer.Option("--head-dim", min=2, help="Head dimension d.")] = 64,
+    vectors: Annotated[int, typer.Option("--vectors", min=1, help="Vectors per head file (queries and keys).")] = 2000,
+    rope_theta: Annotated[
+        float, typer.Option("--rope-theta", help="RoPE base θ: plane j turns θ^(-2j/d) radians per token.")
+    ] = 10000.0,
+    no_rope: Annotated[bool, typer.Option("--no-rope", help="No RoPE: no rotation rings at all (a control).")] = False,
+    pairing: Annotated[
+        Pairing,
+        typer.Option("--pairing", help="RoPE coordinate pairs: half = (j, j+d/2), interleaved = (2j, 2j+1)."),
+    ] = Pairing.half,
+    sample_heads: Annotated[
+        Optional[int],
+        typer.Option(
+            "--sample-heads",
+            min=1,
+            help="Write only a seeded sample of N query heads across all layers (plus the key heads they need).",
+            show_default=False,
+        ),
+    ] = None,
+    max_position: Annotated[
+        int, typer.Option("--max-position", min=1, help="Text length: positions are uniform in [0, max-position).")
+    ] = 4096,
+    examples: Annotated[int, typer.Option("--examples", min=1, help="Number of texts (example ids).")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of every draw: the same options give identical files.")] = 0,
+    model: Annotated[str, typer.Option("--model", help="Model name recorded in qkdb_dataset.json.")] = "simulated",
+    family: Annotated[str, typer.Option("--family", help="Family recorded in qkdb_dataset.json.")] = "Simulated",
+    dtype: Annotated[Dtype, typer.Option("--dtype", help="Stored vector type.")] = Dtype.float32,
+    nope_layers: Annotated[
+        Optional[str],
+        typer.Option(
+            "--nope-layers",
+            help="Comma-separated layers without RoPE rings (a control), e.g. 3,7.",
+            show_default=False,
+        ),
+    ] = None,
+    slope_ratio: Annotated[
+        float, typer.Option("--slope-ratio", help="Median planted |alpha_k| / |alpha_q|.")
+    ] = Ranges.slope_ratio,
+    negative_fraction: Annotated[
+        float,
+        typer.Option(
+            "--negative-fraction", min=0.0, max=1.0, help="Share of query heads with negative mu_q_a (primacy bias)."
+        ),
+    ] = Ranges.negative_fraction,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Write into a non-empty directory, replacing the head folders and metadata a previous "
+            "simulation left there.",
+        ),
+    ] = False,
+) -> None:
+    """Write a simulated dataset with planted drift, Q/K offset, RoPE rings and noise.
+
+    The planted parameters of every query head go to planted.json, the model facts to
+    qkdb_dataset.json, so that `qkdb ingest --path DIR` needs no flags.
+    """
+    if out.exists() and not out.is_dir():
+        raise QkdbError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise QkdbError(f"{out}: directory is not empty; pass --force to write into it")
+    ranges = Ranges(slope_ratio=slope_ratio, negative_fraction=negative_fraction)
+    theta = None if no_rope else rope_theta
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("files"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("simulate", total=None)
+        run_simulation(
+            out,
+            layers=layers,
+            q_heads=q_heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            vectors=vectors,
+            rope_theta=theta,
+            pairing=pairing.value,
+            sample_q_heads=sample_heads,
+            max_position=max_position,
+            n_examples=examples,
+            seed=seed,
+            dtype=dtype.value,
+            model=model,
+            family=family,
+            nope_layers=_parse_layers(nope_layers),
+            ranges=ranges,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    written = [p.name for p in out.iterdir() if p.is_dir() and HEAD_DIR.match(p.name)]
+    n_q = sum(name.endswith("q") for name in written)
+    rope = "no RoPE" if theta is None else f"RoPE θ={theta:g} ({pairing.value})"
+    note(
+        f"simulated model {model}: {n_q} query and {len(written) - n_q} key heads "
+        f"({layers} layers × {q_heads}/{kv_heads} heads), d={head_dim}, {vectors} vectors per file, {rope}, "
+        f"seed {seed} -> {out} in {time.perf_counter() - started:.1f} s (planted parameters: {out / PLANTED_FILE})"
+    )
