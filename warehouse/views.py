@@ -1,67 +1,287 @@
-"""Finding views from ``sql/*.sql``: created in dependency order, idempotently.
+"""Finding views from ``sql/*.sql``: parsed, ordered by dependency, created idempotently, self-describing.
 
-Each file is one plain DuckDB SELECT; the view's name is the file's stem. Header comments:
-``-- <one-line description>`` (first line), ``-- Depends: a, b`` (views it reads).
+Each file is one plain DuckDB SELECT and the view's name is the file's stem. Its header (the
+comment lines before the first SQL line) carries the documentation::
+
+    -- <one-line description>                 (the first comment line)
+    -- Seed: <the seed's value>
+    -- Depends: a, b                          (views it reads, for ordering; base tables need not be listed)
+    -- Column <name>: <description>
+    -- any other comment: a note for readers (why the SQL is written the way it is)
+
+:func:`create_views` attaches the description and every column's description with DuckDB's
+``COMMENT ON``. A column without its own ``Column`` line inherits the description of the same
+column in a view it depends on, else in the base tables (``warehouse/schema.py``), so that every
+column of every view carries one description drawn from a single source.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 
 import duckdb
 
-_DEPENDS = re.compile(r"^--\s*Depends:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+from qkdb.errors import QueryError
+from qkdb.warehouse.schema import TABLES
+
+_COLUMN = re.compile(r"^column\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$", re.IGNORECASE)
+_KEY = re.compile(r"^(seed|depends)\s*:\s*(.*)$", re.IGNORECASE)
+
+# A table of this name (made by a user to keep changed thresholds) is never replaced by the view.
+PARAMS = "params"
 
 
 @dataclass(frozen=True)
 class ViewFile:
+    """One ``sql/<name>.sql`` file and what its header says."""
+
     name: str
     sql: str
     description: str
     depends: tuple[str, ...]
+    seed: str = ""
+    columns: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def body(self) -> str:
+        """The SELECT statement: the file without its header comments and trailing semicolon."""
+        lines = self.sql.strip().splitlines()
+        while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+            lines.pop(0)
+        return "\n".join(lines).strip().rstrip(";").strip()
+
+
+def parse_view(name: str, text: str) -> ViewFile:
+    """Read the header comments of one view file (see the module docstring for the format)."""
+    header: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("--"):
+            break
+        header.append(stripped[2:].strip())
+    if not header or not header[0]:
+        raise ValueError(f"sql/{name}.sql: the first line must be a '-- <one-line description>' comment")
+    description, seed, depends, columns, notes = header[0], "", (), {}, []
+    for line in header[1:]:
+        if m := _COLUMN.match(line):
+            columns[m.group(1)] = m.group(2).strip()
+        elif m := _KEY.match(line):
+            if m.group(1).lower() == "seed":
+                seed = m.group(2).strip()
+            else:
+                depends = tuple(d.strip() for d in m.group(2).split(",") if d.strip())
+        elif line:
+            notes.append(line)
+    return ViewFile(name, text, description, depends, seed, columns, tuple(notes))
+
+
+def _read_files() -> dict[str, ViewFile]:
+    views = {}
+    for entry in resources.files("qkdb.sql").iterdir():
+        if entry.name.endswith(".sql"):
+            name = entry.name[:-4]
+            views[name] = parse_view(name, entry.read_text(encoding="utf-8"))
+    return views
 
 
 def load_view_files() -> list[ViewFile]:
-    """Every shipped view, in an order where each comes after the views it depends on."""
-    views = {}
-    for entry in resources.files("qkdb.sql").iterdir():
-        if not entry.name.endswith(".sql"):
-            continue
-        text = entry.read_text()
-        first = next((ln for ln in text.splitlines() if ln.startswith("--")), "--")
-        deps = tuple(d.strip() for m in _DEPENDS.findall(text) for d in m.split(",") if d.strip())
-        name = entry.name[:-4]
-        views[name] = ViewFile(name, text, first.lstrip("- ").strip(), deps)
+    """Every shipped view, each after the views it depends on (ties broken by name)."""
+    views = _read_files()
+    for view in views.values():
+        for dep in view.depends:
+            if dep not in views and dep not in TABLES:
+                raise ValueError(f"sql/{view.name}.sql depends on {dep!r}, which is neither a view nor a table")
     ordered: list[ViewFile] = []
-    seen: set[str] = set()
+    done: set[str] = set()
 
-    def visit(name: str, stack: tuple[str, ...] = ()) -> None:
-        if name in seen or name not in views:
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in done or name not in views:
             return
         if name in stack:
             raise ValueError(f"circular view dependency: {' -> '.join(stack + (name,))}")
         for dep in views[name].depends:
             visit(dep, stack + (name,))
-        seen.add(name)
+        done.add(name)
         ordered.append(views[name])
 
     for name in sorted(views):
-        visit(name)
+        visit(name, ())
     return ordered
 
 
-def _body(sql: str) -> str:
-    return sql.strip().rstrip(";").strip()
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _ident(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"'
+
+
+def _object_type(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """'view', 'table' or None for an object of the current database's main schema."""
+    rows = con.execute(
+        "select table_type from information_schema.tables "
+        "where table_catalog = current_database() and table_schema = 'main' and table_name = ?",
+        [name],
+    ).fetchall()
+    if not rows:
+        return None
+    return "view" if rows[0][0] == "VIEW" else "table"
+
+
+def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
+    rows = con.execute(
+        "select column_name from duckdb_columns() "
+        "where database_name = current_database() and schema_name = 'main' and table_name = ? "
+        "order by column_index",
+        [name],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def resolve_column_docs(view: ViewFile, columns: Iterable[str], known: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Description of each column: the view's own, else a dependency's, else a base table's."""
+    sources = [view.columns] + [known[d] for d in view.depends if d in known]
+    sources += [{c.name: c.doc for c in t.columns} for t in TABLES.values()]
+    docs = {}
+    for col in columns:
+        for src in sources:
+            if col in src:
+                docs[col] = src[col]
+                break
+    return docs
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Create or replace every finding view on a writable connection; returns their names."""
-    names = []
+    """Create or replace every finding view, in dependency order, with its descriptions.
+
+    Idempotent: running it again gives the same catalog. Needs a writable connection on which
+    the base-table views already exist. A *table* named ``params`` (a user's kept thresholds)
+    is left in place. Returns the names of the views, in creation order.
+    """
+    names: list[str] = []
+    known: dict[str, dict[str, str]] = {}
     for view in load_view_files():
-        con.execute(f'create or replace view "{view.name}" as\n{_body(view.sql)}')
-        if view.description:
-            con.execute(f"comment on view \"{view.name}\" is '{view.description.replace(chr(39), chr(39) * 2)}'")
+        if not (view.name == PARAMS and _object_type(con, PARAMS) == "table"):
+            con.execute(f"create or replace view {_ident(view.name)} as\n{view.body}")
+            con.execute(f"comment on view {_ident(view.name)} is {_quote(view.description)}")
+        docs = resolve_column_docs(view, _columns(con, view.name), known)
+        if _object_type(con, view.name) == "view":
+            for col, doc in docs.items():
+                con.execute(f"comment on column {_ident(view.name)}.{_ident(col)} is {_quote(doc)}")
+        known[view.name] = docs
         names.append(view.name)
     return names
+
+
+def restrict_models(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> None:
+    """Make every view of this connection see only ``models`` (works on read-only connections).
+
+    A temporary view per base table, filtered to the models, shadows the catalog's view of the
+    same name; the finding views are re-bound on every query and so read the filtered tables.
+    The effect ends with the connection.
+    """
+    db = con.execute("select current_database()").fetchall()[0][0]
+    keep = ", ".join(_quote(m) for m in models) or "null"
+    for table in TABLES:
+        con.execute(
+            f"create or replace temp view {_ident(table)} as "
+            f"select * from {_ident(db)}.main.{_ident(table)} where model in ({keep})"
+        )
+
+
+@dataclass(frozen=True)
+class Description:
+    """What ``qkdb describe`` prints for one table or view."""
+
+    name: str
+    kind: str  # 'table' (a warehouse table) or 'view' (a finding view)
+    description: str
+    columns: list[tuple[str, str, str]]  # (name, type, description)
+    seed: str = ""
+    depends: tuple[str, ...] = ()
+
+
+def describe(con: duckdb.DuckDBPyConnection, name: str) -> Description:
+    """Columns, types and descriptions of a warehouse table or finding view.
+
+    Descriptions come from the catalog's comments; where a catalog predates them, from the
+    same sources :func:`create_views` reads (the SQL headers and ``warehouse/schema.py``).
+    """
+    files = {v.name: v for v in load_view_files()}
+    rows = con.execute(
+        "select column_name, data_type, comment from duckdb_columns() "
+        "where table_name = ? and schema_name = 'main' and not internal "
+        "order by database_name = current_database() desc, column_index",
+        [name],
+    ).fetchall()
+    if not rows:
+        known = sorted(set(files) | set(TABLES))
+        close = [k for k in known if name.lower() in k or k in name.lower()]
+        hint = f" Did you mean {', '.join(close)}?" if close else " Run `qkdb views` for the list."
+        raise QueryError(f"no table or view named {name!r} in the warehouse.{hint}")
+    # duckdb_columns() lists every attached database; keep the first (current) one's columns.
+    seen: set[str] = set()
+    cols = []
+    for col, typ, comment in rows:
+        if col in seen:
+            continue
+        seen.add(col)
+        cols.append((col, typ, comment))
+    if name in TABLES:
+        table = TABLES[name]
+        docs = {c.name: c.doc for c in table.columns}
+        return Description(
+            name, "table", table.doc, [(c, t, cm or docs.get(c, "")) for c, t, cm in cols]
+        )
+    view = files.get(name)
+    if view is None:
+        return Description(name, "view", "", [(c, t, cm or "") for c, t, cm in cols])
+    fallback = resolve_column_docs(view, [c for c, _, _ in cols], _all_docs(files))
+    return Description(
+        name, "view", view.description, [(c, t, cm or fallback.get(c, "")) for c, t, cm in cols],
+        seed=view.seed, depends=view.depends,
+    )
+
+
+def _all_docs(files: dict[str, ViewFile]) -> dict[str, dict[str, str]]:
+    # Without a database the inherited docs are approximated by the dependencies' own lines.
+    return {name: dict(v.columns) for name, v in files.items()}
+
+
+def select_models(
+    con: duckdb.DuckDBPyConnection,
+    models: Sequence[str] = (),
+    families: Sequence[str] = (),
+    series: Sequence[str] = (),
+) -> list[str]:
+    """Ingested models that pass every given filter (names, families, series; case-insensitive).
+
+    Raises :class:`QueryError` naming any name, family or series that is not ingested, or when
+    the filters together leave no model.
+    """
+    rows = con.execute("select model, family, series from models order by model").fetchall()
+    checks = (("model", 0, models), ("family", 1, families), ("series", 2, series))
+    keep = list(rows)
+    for what, i, wanted in checks:
+        if not wanted:
+            continue
+        have = {str(r[i]).lower() for r in rows if r[i] is not None}
+        missing = [w for w in wanted if w.lower() not in have]
+        if missing:
+            known = sorted({r[i] for r in rows if r[i] is not None})
+            listing = ", ".join(known) if known else "none"
+            raise QueryError(
+                f"{what} {', '.join(repr(m) for m in missing)} not in the warehouse (ingested {what}s: {listing})"
+            )
+        lowered = {w.lower() for w in wanted}
+        keep = [r for r in keep if r[i] is not None and str(r[i]).lower() in lowered]
+    if not keep:
+        raise QueryError("no ingested model matches all of the given --model/--family/--series filters")
+    return [r[0] for r in keep]

@@ -58,7 +58,7 @@ def _root(
 
 
 # Each command lives in its own module and adds itself to `app` on import.
-COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate")
+COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate", "findings", "shell")
 
 
 def _register() -> None:

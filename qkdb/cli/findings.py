@@ -1,0 +1,118 @@
+"""`qkdb views`, `qkdb findings` and `qkdb describe`: the finding views and the data dictionary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import duckdb
+import pyarrow as pa
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from qkdb import api
+from qkdb.cli.app import app
+from qkdb.cli.common import HomeOption, note, out_console
+from qkdb.cli.output import Format, write_table
+from qkdb.errors import QueryError
+from qkdb.warehouse.schema import TABLES
+from qkdb.warehouse.views import describe as describe_object
+from qkdb.warehouse.views import load_view_files, restrict_models, select_models
+
+FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
+
+# The terminal table shows what a reader needs; every other format carries every column.
+TABLE_COLUMNS = ("id", "statement", "scope", "seed_value", "measured", "status")
+
+
+@app.command()
+def views(
+    tables: Annotated[bool, typer.Option("--tables", help="Also list the warehouse tables.")] = False,
+    format: FormatOption = Format.table,
+    output: OutputOption = None,
+) -> None:
+    """List every finding view with its one-line description (`qkdb describe NAME` for its columns)."""
+    files = load_view_files()
+    rows = [{"name": v.name, "kind": "view", "description": v.description, "depends": ", ".join(v.depends)}
+            for v in sorted(files, key=lambda v: v.name)]
+    if tables:
+        rows = [{"name": t.name, "kind": "table", "description": t.doc, "depends": ""} for t in TABLES.values()] + rows
+    write_table(pa.Table.from_pylist(rows, schema=_LIST_SCHEMA), format, output)
+
+
+_LIST_SCHEMA = pa.schema([("name", pa.string()), ("kind", pa.string()), ("description", pa.string()),
+                          ("depends", pa.string())])
+
+
+@app.command()
+def findings(
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Only these models (repeatable).")] = None,
+    family: Annotated[Optional[list[str]], typer.Option("--family", help="Only models of these families (repeatable).")] = None,
+    series: Annotated[Optional[list[str]], typer.Option("--series", help="Only checkpoints of these series (repeatable).")] = None,
+    format: FormatOption = Format.table,
+    output: OutputOption = None,
+    home: HomeOption = None,
+) -> None:
+    """The seeds' headline findings: the seed's value, the value measured here, and whether it holds.
+
+    With --model/--family/--series every finding is recomputed on those models only (filters
+    combine: a model must pass each one given).
+    """
+    con = api.connect(home, read_only=True)
+    try:
+        if model or family or series:
+            keep = select_models(con, model or (), family or (), series or ())
+            restrict_models(con, keep)
+            note(f"findings on {len(keep)} model(s): {', '.join(keep)}")
+        try:
+            # A few dozen rows: fetch once, count the verdicts, then write (the view is costly to plan).
+            result = con.sql("select * from findings").to_arrow_table()
+        except duckdb.Error as exc:
+            raise QueryError(f"the findings view failed: {str(exc).strip()}") from None
+    finally:
+        con.close()
+    holds = result.column("holds").to_pylist()
+    if Format(format) is Format.table and output is None:
+        result = result.select(list(TABLE_COLUMNS))
+    write_table(result, format, output)
+    note(
+        f"{holds.count(True)} hold, {holds.count(False)} do not hold, {holds.count(None)} without data "
+        "(criteria and all columns: --format csv/json/markdown, or `qkdb describe findings`)"
+    )
+
+
+@app.command()
+def describe(
+    name: Annotated[str, typer.Argument(help="A table (e.g. heads) or view (e.g. taxonomy_fractions).")],
+    format: FormatOption = Format.table,
+    output: OutputOption = None,
+    home: HomeOption = None,
+) -> None:
+    """Columns of a warehouse table or finding view, with their types and descriptions."""
+    con = api.connect(home, read_only=True)
+    try:
+        d = describe_object(con, name)
+    finally:
+        con.close()
+    rows = pa.table({
+        "column": [c for c, _, _ in d.columns],
+        "type": [t for _, t, _ in d.columns],
+        "description": [doc for _, _, doc in d.columns],
+    })
+    if Format(format) is not Format.table or output is not None:
+        write_table(rows, format, output)
+        return
+    console = out_console()
+    console.print(Text.assemble((d.name, "bold"), f" ({d.kind}): {d.description}"), soft_wrap=True)
+    if d.seed:
+        console.print(f"Seed: {d.seed}", markup=False, soft_wrap=True)
+    if d.depends:
+        console.print(f"Reads: {', '.join(d.depends)}", markup=False)
+    table = Table(show_header=True, header_style="bold")
+    for col in rows.column_names:
+        table.add_column(col, overflow="fold")
+    for c, t, doc in d.columns:
+        table.add_row(c, t, doc)
+    console.print(table)

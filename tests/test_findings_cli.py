@@ -1,0 +1,422 @@
+"""The `findings` view on planted data, and `qkdb views / findings / describe / shell` on a real warehouse."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_views import build_tables, category, head_frame, make_connection
+
+from qkdb import api
+from qkdb.cli.app import app
+from qkdb.cli.shell import Shell, _complete, duckdb_cli_command
+from qkdb.errors import WarehouseError
+from qkdb.ingest import complement as ingest_complement
+from qkdb.ingest import rope_planes as ingest_rope_planes
+from qkdb.ingest.layout import read_metadata, write_metadata
+from qkdb.ingest.simulate import HeadParams, simulate
+from qkdb.warehouse.views import load_view_files
+
+# A seed-like warehouse: the registry names the findings' model groups look for, and a series.
+SMOL = "smollm3-3b"
+SEED_MODELS = [
+    ("qwen3-0.6b", "Qwen3", None, None, None, None),
+    ("qwen3-4b", "Qwen3", None, None, None, None),
+    ("llama3.2-1b", "Llama 3.2", None, None, None, None),
+    ("llama3.2-3b", "Llama 3.2", None, None, None, None),
+    ("ministral3-3b", "Ministral3", None, None, None, None),
+    (f"{SMOL}-stage1-step-40000", "SmolLM3", SMOL, 1, "stage1", 40_000),
+    (f"{SMOL}-stage1-step-1200000", "SmolLM3", SMOL, 2, "stage1", 1_200_000),
+    (f"{SMOL}-stage3-step-4720000", "SmolLM3", SMOL, 6, "stage3", 4_720_000),
+    (f"{SMOL}-lc-32k-to-64k-step-20000", "SmolLM3", SMOL, 10, "lc-32k-to-64k", 20_000),
+]
+MU_Q_A = {m[0]: mu for m, mu in zip(SEED_MODELS[5:], (2.0, 4.0, 4.0, 6.0))}  # x2 early, +50% in LC
+ALPHA = {SEED_MODELS[-1][0]: 0.1}  # alpha_k -90% in LC (so bias x 0.15: -85%)
+N_CLAIMS = 75
+
+
+@pytest.fixture(scope="module")
+def seed_tables():
+    return build_tables(models=SEED_MODELS, seed=11, mu_q_a=MU_Q_A, alpha_factor=ALPHA)
+
+
+@pytest.fixture(scope="module")
+def fcon(seed_tables):
+    c = make_connection(seed_tables)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def found(fcon) -> dict[tuple[str, str], dict]:
+    df = fcon.execute("select * from findings").df()
+    return {(r["id"], r["scope"]): r for r in df.to_dict("records")}
+
+
+def by_id(found, fid: str) -> dict:
+    rows = [r for (i, _), r in found.items() if i == fid]
+    assert len(rows) == 1, fid
+    return rows[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The findings view
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_finding_has_data_when_everything_is_ingested(found):
+    assert len({i for i, _ in found}) == N_CLAIMS and len(found) == N_CLAIMS
+    missing = [k for k, r in found.items() if r["status"] == "no data"]
+    assert not missing
+    for r in found.values():
+        assert r["status"] == ("holds" if r["holds"] else "does not hold")
+        assert r["criterion"].startswith("measured") and r["measured"] and r["seed_value"]
+        assert r["seed"] in ("002", "003") and r["id"].startswith(r["seed"] + ".")
+
+
+def test_findings_measure_what_pandas_measures(found, seed_tables):
+    frames = {k: t.to_pandas() for k, t in seed_tables.items()}
+    h = head_frame(frames)
+    pooled = h[h.series.isna() | (h.model == SEED_MODELS[-1][0])]
+    r = by_id(found, "003.F1.pos_var_q")
+    assert r["measured_value"] == pytest.approx(pooled.pos_var_q.mean())
+    assert r["n_heads"] == len(pooled) and r["n_models"] == 6
+    r = by_id(found, "003.F1.small_qwen3.q")
+    assert r["measured_value"] == pytest.approx(h[h.model == "qwen3-0.6b"].pos_var_q.mean())
+    r = by_id(found, "003.F1.large_qwen3.k")
+    assert r["measured_value"] == pytest.approx(h[h.model == "qwen3-4b"].pos_var_k.mean())
+    # Per-model ranges over the pooled models.
+    means = pooled.groupby("model").qk_accuracy_pc01.mean()
+    r = by_id(found, "003.F2.accuracy")
+    assert (r["measured_low"], r["measured_high"]) == (pytest.approx(means.min()), pytest.approx(means.max()))
+    # Slope ratio of a group and Llama's within-family correlation.
+    q = h[h.model == "qwen3-0.6b"]
+    assert by_id(found, "002.F1.slope_ratio.small_qwen3")["measured_value"] == pytest.approx(
+        float(np.median(q.alpha_k.abs() / q.alpha_q.abs())))
+    ll = h[h.family == "Llama 3.2"]
+    r_llama = float(np.corrcoef(ll.bias_strength, ll.separation_strength)[0, 1])
+    assert by_id(found, "002.F5.llama3.2")["measured_value"] == pytest.approx(r_llama)
+    # Simpson: every family's r against the pooled r.
+    overall = float(np.corrcoef(pooled.bias_strength, pooled.separation_strength)[0, 1])
+    rev = sum(
+        np.sign(np.corrcoef(g.bias_strength, g.separation_strength)[0, 1]) != np.sign(overall)
+        for _, g in pooled.groupby("family")
+    )
+    assert by_id(found, "002.F5.simpson")["measured_value"] == rev
+    assert by_id(found, "002.lemma")["measured_value"] == pytest.approx(pooled.residual_pos_r.max())
+
+
+def test_taxonomy_findings_and_their_verdicts(found):
+    # Planted: one head in five per category everywhere, so each share is exactly 20%; the
+    # verdicts follow |measured - seed| <= 0.10 (K-positional: < 1%; ranges such as 5-7% widened by 0.10).
+    expect = {
+        "003.F4.mixed": False, "003.F4.position_dominated": True, "003.F4.q_positional": True,
+        "003.F4.content_focused": False, "003.F4.k_positional": False,
+        "003.F4.llama3.2.position_dominated": False, "003.F4.small_qwen3.position_dominated": False,
+    }
+    for fid, holds in expect.items():
+        r = by_id(found, fid)
+        assert r["measured_value"] == pytest.approx(0.2), fid
+        assert r["holds"] is holds, fid
+    # Every group has the same share, so Llama is not strictly the highest.
+    assert by_id(found, "003.F4.llama3.2.highest")["measured_value"] == pytest.approx(0.0)
+    assert by_id(found, "003.F4.llama3.2.highest")["holds"] is False
+
+
+def test_series_findings_recover_the_planted_decomposition(found):
+    lc = by_id(found, "002.F6.lc_alpha_k")
+    assert lc["measured_value"] == pytest.approx(-90.0) and lc["holds"] is True
+    assert SEED_MODELS[7][0] in lc["scope"] and SEED_MODELS[8][0] in lc["scope"]
+    assert by_id(found, "002.F6.lc_mu_q_a")["measured_value"] == pytest.approx(50.0)
+    assert by_id(found, "002.F6.lc_bias")["measured_value"] == pytest.approx(-85.0)
+    assert by_id(found, "002.F6.lc_bias")["holds"] is True
+    init = by_id(found, "002.F6.init_mu_q_a")
+    assert init["measured_value"] == pytest.approx(2.0) and init["holds"] is True
+    assert init["measured"].startswith("2.0 -> 4.0")
+    # Same alpha draws, mu_q_a doubled: bias +100% early (the seed: +75%).
+    assert by_id(found, "002.F6.init_bias")["measured_value"] == pytest.approx(100.0)
+
+
+def test_holds_follows_the_accepted_interval(found):
+    tol_abs, tol_ratio = 0.10, 2.0
+    for r in found.values():
+        lo, hi, crit = r["accept_low"], r["accept_high"], r["criterion"]
+        lo = None if lo is None or math.isnan(lo) else lo
+        hi = None if hi is None or math.isnan(hi) else hi
+        strict = " > " in crit or " < " in crit
+        vlo = r["measured_low"] if r["measured_low"] is not None and not math.isnan(r["measured_low"]) else r["measured_value"]
+        vhi = r["measured_high"] if r["measured_high"] is not None and not math.isnan(r["measured_high"]) else r["measured_value"]
+        ok_lo = lo is None or (vlo > lo if strict else vlo >= lo)
+        ok_hi = hi is None or (vhi < hi if strict else vhi <= hi)
+        assert r["holds"] == (ok_lo and ok_hi), r["id"]
+    # The intervals come from the seed's number and the tolerances.
+    near = by_id(found, "003.F1.pos_var_q")
+    assert (near["accept_low"], near["accept_high"]) == (pytest.approx(0.27 - tol_abs), pytest.approx(0.27 + tol_abs))
+    clipped = by_id(found, "002.F2.bias_positive")
+    assert clipped["accept_high"] == 1.0 and clipped["criterion"] == "measured in [89.0%, 100.0%]"
+    factor = by_id(found, "003.F2.fisher")
+    assert (factor["accept_low"], factor["accept_high"]) == (44 / tol_ratio, 44 * tol_ratio)
+    change = by_id(found, "002.F6.lc_bias")
+    assert change["accept_low"] is None or math.isnan(change["accept_low"])
+    assert change["accept_high"] == pytest.approx(-91 / tol_ratio) and change["criterion"] == "measured <= -46%"
+    sign = by_id(found, "002.F5.overall")
+    assert sign["accept_low"] == 0 and sign["criterion"] == "measured > 0.00"
+
+
+def test_tolerances_are_parameters(seed_tables):
+    c = make_connection(seed_tables)
+    c.execute("create temp view params as select * replace (0.0 as tol_abs) from memory.main.params")
+    r = c.execute("select holds from findings where id = '003.F4.position_dominated'").fetchall()
+    assert r == [(False,)]  # 20% is no longer within 0 of 26.6%
+    c.execute("create or replace temp view params as select * replace (0.2 as tol_abs) from memory.main.params")
+    assert c.execute("select holds from findings where id = '003.F4.mixed'").fetchall() == [(False,)]
+    assert c.execute("select holds from findings where id = '003.F4.content_focused'").fetchall() == [(True,)]
+
+
+def test_missing_groups_and_series_read_no_data():
+    tables = build_tables(models=[("m1", "Other", None, None, None, None)], seed=3)
+    c = make_connection(tables)
+    rows = c.execute("select id, scope, status from findings").fetchall()
+    assert len(rows) == N_CLAIMS
+    status = {i: s for i, _, s in rows}
+    assert status["003.F1.pos_var_q"] != "no data"
+    for fid in ("003.F1.small_qwen3.q", "002.F5.llama3.2", "002.F6.lc_bias", "003.F5.r_q", "003.F4.llama3.2.highest"):
+        assert status[fid] == "no data", fid
+    # One family only: nothing can reverse the pooled sign.
+    assert status["002.F5.simpson"] == "does not hold"
+
+
+def test_ingest_thresholds_match_params(fcon):
+    p = fcon.execute("select * from params").df().iloc[0]
+    assert p.active_min_ring == ingest_complement.ACTIVE_MIN_RING
+    assert p.active_min_angle_r == ingest_complement.ACTIVE_MIN_ANGLE_R
+    assert p.active_min_omega_r_squared == ingest_complement.ACTIVE_MIN_OMEGA_R2
+    assert p.active_min_turns == ingest_complement.ACTIVE_MIN_TURNS
+    assert p.rope_min_coherence == ingest_rope_planes.ROTATING_MIN_COHERENCE
+    assert p.rope_min_turns == ingest_rope_planes.ROTATING_MIN_TURNS
+    assert (p.taxonomy_high, p.taxonomy_low) == (0.7, 0.3)
+
+
+# ---------------------------------------------------------------------------------------------
+# A real warehouse: simulated datasets ingested with the real pipeline
+# ---------------------------------------------------------------------------------------------
+
+SIM = dict(layers=2, q_heads=4, kv_heads=2, head_dim=32, vectors=300, workers=1)
+
+
+def _simulate_series(root, model, order, phase, step, alpha_k):
+    p = HeadParams(alpha_k=alpha_k)
+    overrides = {(layer, h): p for layer in range(SIM["layers"]) for h in range(SIM["q_heads"])}
+    simulate(root, model=model, family="SimSeries", seed=order, overrides=overrides, **SIM)
+    meta = read_metadata(root)
+    meta.update(series="sim-series", series_order=order, phase=phase, step=step)
+    write_metadata(root, meta)
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    base = tmp_path_factory.mktemp("wh")
+    home = base / "home"
+    simulate(base / "a", model="sim-a", family="Sim A", seed=1, **SIM)
+    simulate(base / "b", model="sim-b", family="Sim B", seed=2, nope_layers=(1,), **SIM)
+    _simulate_series(base / "s1", "sim-s1", 1, "stage1", 1_000, 3.6e-3)
+    _simulate_series(base / "s2", "sim-s2", 2, "lc-long", 500, 3.6e-4)
+    for name in ("a", "b", "s1", "s2"):
+        api.ingest(base / name, home=home, workers=1)
+    return home
+
+
+def test_end_to_end_views_match_the_tables(warehouse):
+    con = api.connect(warehouse, read_only=True)
+    try:
+        heads = con.execute("select * from heads").df()
+        pc0 = con.execute("select * from pca where pc = 0").df()
+        models = con.execute("select model, family, series from models").df()
+        tax = con.execute("select * from taxonomy_fractions where scope = 'overall'").df()
+        fnd = {r["id"]: r for r in con.execute("select * from findings").df().to_dict("records")}
+        dec = con.execute("select * from bias_decomposition where model = 'sim-s2'").df().iloc[0]
+        rp = con.execute("select * from rotation_planes_summary where scope = 'model' and model = 'sim-b'").df()
+    finally:
+        con.close()
+    pooled = set(models.model) - {"sim-s1"}
+    assert len(heads) == 4 * 8 and sorted(models.model) == ["sim-a", "sim-b", "sim-s1", "sim-s2"]
+    h = heads.merge(pc0, on=["model", "layer", "head"])
+    h = h[h.model.isin(pooled)]
+    cats = [category(a, b) for a, b in zip(h.r_q, h.r_k)]
+    for rec in tax.to_dict("records"):
+        assert rec["fraction"] == pytest.approx(cats.count(rec["category"]) / len(cats))
+    assert fnd["003.F1.pos_var_q"]["measured_value"] == pytest.approx(h.pos_var_q.mean())
+    assert fnd["003.F1.pos_var_q"]["n_models"] == 3
+    assert fnd["002.lemma"]["holds"] is True  # the drift lemma holds to round-off on real computation
+    # The planted tenfold collapse of alpha_k is recovered through ingest and the views.
+    assert dec["baseline_model"] == "sim-s1"
+    assert -95 < dec["pct_alpha_k_vs_baseline"] < -85
+    assert fnd["002.F6.lc_alpha_k"]["holds"] is True
+    # NoPE control: the simulated NoPE layer has no rotating RoPE plane, the other layer does.
+    by_layers = {r["layers"]: r for r in rp.to_dict("records")}
+    assert by_layers["nope"]["share_heads_rotating"] == 0
+    assert by_layers["rope"]["share_heads_rotating"] > 0
+
+
+def test_cli_views(runner):
+    res = runner.invoke(app, ["views"])
+    assert res.exit_code == 0, res.output
+    for v in load_view_files():
+        assert v.name in res.stdout
+    res = runner.invoke(app, ["views", "--tables", "-f", "json"])
+    rows = json.loads(res.stdout)
+    names = {r["name"]: r for r in rows}
+    assert names["heads"]["kind"] == "table" and names["taxonomy"]["kind"] == "view"
+    assert names["bias_separation"]["description"].startswith("Correlation of bias_strength")
+
+
+def test_cli_findings_formats_and_filters(runner, warehouse):
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert len(rows) == N_CLAIMS and {"id", "measured", "seed_value", "holds", "criterion"} <= set(rows[0])
+    assert "hold" in res.stderr
+    full = {r["id"]: r for r in rows}
+
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "--model", "sim-a", "-f", "jsonl"])
+    assert res.exit_code == 0, res.output
+    only_a = {json.loads(line)["id"]: json.loads(line) for line in res.stdout.splitlines()}
+    assert only_a["003.F1.pos_var_q"]["n_models"] == 1
+    assert only_a["003.F1.pos_var_q"]["measured_value"] != full["003.F1.pos_var_q"]["measured_value"]
+    assert only_a["002.F6.lc_bias"]["status"] == "no data"
+    # The same numbers as a warehouse restricted by SQL by hand.
+    con = api.connect(warehouse, read_only=True)
+    try:
+        mean_a = con.execute("select avg(pos_var_q) from heads where model = 'sim-a'").fetchall()[0][0]
+    finally:
+        con.close()
+    assert only_a["003.F1.pos_var_q"]["measured_value"] == pytest.approx(mean_a)
+
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "--series", "sim-series", "-f", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[0].startswith('"id","seed","finding","statement"')
+    # Families match case-insensitively; the terminal table is the short form.
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "--family", "sim a"])
+    assert res.exit_code == 0, res.output
+    assert "003.F1.pos_var_q" in res.stdout and "criterion" not in res.stdout and "sim-a" in res.stderr
+
+
+def test_cli_findings_errors(runner, warehouse):
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "--model", "nope-model"])
+    assert res.exit_code != 0 and "nope-model" in res.stderr and "sim-a" in res.stderr
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "--model", "sim-a", "--series", "sim-series"])
+    assert res.exit_code != 0 and "no ingested model matches" in res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_cli_findings_on_an_empty_warehouse(runner, home):
+    res = runner.invoke(app, ["findings", "-f", "json"])
+    assert res.exit_code == 0, res.output
+    assert {r["status"] for r in json.loads(res.stdout)} == {"no data"}
+
+
+def test_cli_describe(runner, warehouse):
+    res = runner.invoke(app, ["describe", "taxonomy_fractions", "--home", str(warehouse), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    cols = {r["column"]: r for r in json.loads(res.stdout)}
+    assert cols["fraction"]["type"] == "DOUBLE" and cols["fraction"]["description"] == "n_heads / n_classified."
+    assert all(r["description"] for r in cols.values())
+    res = runner.invoke(app, ["describe", "heads", "--home", str(warehouse)])
+    assert res.exit_code == 0 and "pos_var_q" in res.stdout and "(table)" in res.stdout
+    res = runner.invoke(app, ["describe", "findings", "--home", str(warehouse)])
+    assert "Seed:" in res.stdout and "criterion" in res.stdout
+    res = runner.invoke(app, ["describe", "taxonomy_fraction", "--home", str(warehouse)])
+    assert res.exit_code != 0 and "taxonomy_fractions" in res.stderr
+
+
+def test_cli_shell_script(runner, warehouse):
+    script = (
+        ".views\n"
+        "select count(*) as n\n  from heads;\n"
+        "-- a comment line\n"
+        "create temp view params as select * replace (0.0 as taxonomy_high, 0.0 as taxonomy_low) from qk.main.params;\n"
+        "select count(distinct category) as cats from taxonomy;\n"
+        ".describe lemma_check\n"
+        ".format csv\n"
+        "select 'a;b' as s;\n"
+        ".quit\n"
+        "select 'never' as s;\n"
+    )
+    res = runner.invoke(app, ["shell", "--home", str(warehouse)], input=script)
+    assert res.exit_code == 0, res.output
+    assert "32" in res.stdout  # 4 models x 8 heads
+    assert "max_residual_pos_r" in res.stdout and "taxonomy_fractions" in res.stdout
+    assert '"s"\n"a;b"' in res.stdout and "never" not in res.stdout
+    # Every head is position-dominated or mixed once both thresholds are 0 (for this session only).
+    assert "│ 2 " in res.stdout or "│ 1 " in res.stdout
+
+
+def test_cli_shell_refuses_writes(runner, warehouse):
+    res = runner.invoke(app, ["shell", "--home", str(warehouse)],
+                        input="create table t as select 1;\ncopy (select 1) to 'x.csv';\nselect 42 as ok;\n")
+    assert res.exit_code == 1
+    assert "read-only" in res.stderr and "refused: COPY" in res.stderr
+    assert "42" in res.stdout
+    con = api.connect(warehouse, read_only=True)
+    try:
+        assert con.execute("select count(*) from duckdb_tables() where table_name = 't'").fetchall() == [(0,)]
+    finally:
+        con.close()
+
+
+def test_shell_statement_completion():
+    assert _complete("select 1;") and _complete("select ';';\n-- done") and _complete("select 'it''s';")
+    assert not _complete("select ';'") and not _complete("select 1 -- ;") and not _complete("select 1 /* ; */")
+
+
+def test_shell_last_statement_without_semicolon(warehouse, capsys):
+    con = api.connect(warehouse, read_only=True)
+    try:
+        sh = Shell(con)
+        lines = iter(["select 7 as seven"])
+
+        def read(_prompt):
+            try:
+                return next(lines)
+            except StopIteration:
+                raise EOFError from None
+
+        sh.loop(read)
+    finally:
+        con.close()
+    assert "7" in capsys.readouterr().out and sh.errors == 0
+
+
+def test_shell_duckdb_flag_without_binary(warehouse, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(WarehouseError, match="no `duckdb` binary"):
+        duckdb_cli_command(warehouse / "qk.duckdb")
+
+
+def test_shell_duckdb_flag_with_an_unreadable_catalog(warehouse, monkeypatch, tmp_path):
+    # A stand-in `duckdb` that cannot read the file, like a 1.x CLI facing 2.0 storage.
+    fake = tmp_path / "duckdb"
+    fake.write_text("#!/bin/sh\necho 'Error: file was written by a newer version' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(WarehouseError, match="cannot read"):
+        duckdb_cli_command(warehouse / "qk.duckdb")
+
+
+def test_restricting_does_not_touch_the_catalog(warehouse):
+    # restrict_models works on a read-only connection and ends with it.
+    from qkdb.warehouse.views import restrict_models
+
+    con = api.connect(warehouse, read_only=True)
+    try:
+        restrict_models(con, ["sim-b"])
+        assert con.execute("select distinct model from head_metrics").fetchall() == [("sim-b",)]
+    finally:
+        con.close()
+    con = api.connect(warehouse, read_only=True)
+    try:
+        assert con.execute("select count(distinct model) from head_metrics").fetchall() == [(4,)]
+    finally:
+        con.close()
