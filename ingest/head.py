@@ -8,9 +8,12 @@ import numpy as np
 
 from qkdb.errors import InputError
 from qkdb.ingest.layout import HeadData
-from qkdb.ingest.moments import Moments, moments
+from qkdb.ingest.complement import complement_pairs
+from qkdb.ingest.moments import Moments, moments, pool
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.pca import combined_pca, lda_balanced_accuracy
+from qkdb.ingest.points import sample_points
+from qkdb.ingest.rope_planes import rope_planes, strongest_plane
 from qkdb.ingest.rotation import planar_rotation
 
 
@@ -110,5 +113,46 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         **rot.columns,
         "b_method": options.b_method if rot.b is not None else None,
     }
-    # complement/rope/points stage: filled by ingest.complement, ingest.rope_planes, ingest.points.
+    # Complement pairs, RoPE planes, omega and scatter points (SPEC §4.3–4.4).
+    def stream(purpose: int) -> np.random.Generator:
+        # One seeded stream per use: a head's sample does not depend on which stages ran.
+        return np.random.default_rng((options.seed, purpose, ctx.layer, ctx.head))
+
+    t_q, t_k = q.data.positions, k.data.positions
+    d = q.moments.d
+    scores_fn = None
+    if options.complement:
+        pooled = pool(q.moments, k.moments)
+        rope = comp = None
+        if d % 2 == 0:
+            rope = rope_planes(
+                Q, t_q, K, t_k, rope_theta=options.rope_theta, pairing=options.rope_pairing,
+                rope_scaling=options.rope_scaling, rng=stream(52), cov=pooled.cov,
+            )
+            rows.tables["rope_planes"] = {"layer": ctx.layer, "head": ctx.head, **rope}
+        else:
+            rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: head_dim {d} is odd; no RoPE planes")
+        if rot.a is not None and rot.b is not None:
+            given = rope is not None and rope["omega_source"][0] == "given"
+            comp, scores_fn = complement_pairs(
+                Q, t_q, K, t_k, rot.a, rot.b, rope_omegas=rope["omega"] if given else None,
+                rng=stream(51), mu=pooled.mean, cov=pooled.cov, basis=rot.complement,
+            )
+            rows.tables["complement"] = {"layer": ctx.layer, "head": ctx.head, **comp}
+        omega, omega_r2 = strongest_plane(
+            rope, comp, n_q=len(t_q), n_k=len(t_k), position_range=float(t_all.max() - t_all.min()),
+        )
+        rows.tables["rotation"]["omega"] = omega
+        rows.tables["rotation"]["omega_r_squared"] = omega_r2
+    if options.points:
+        rows.tables["points"] = {
+            "layer": ctx.layer,
+            "head": ctx.head,
+            **sample_points(
+                Q, t_q, q.data.example_id, K, t_k, k.data.example_id, mu=pca.mean,
+                pc0=pca.components[0], pc1=pca.components[1] if len(pca.components) > 1 else None,
+                a=rot.a, b=rot.b, n=options.points, rng=stream(53),
+                complement_scores_fn=scores_fn if ctx.collage else None,
+            ),
+        }
     return rows

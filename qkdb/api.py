@@ -99,6 +99,14 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     return spec
 
 
+def _check_rope(options: IngestOptions) -> None:
+    """Refuse an unusable RoPE scaling once, up front, rather than once per head."""
+    from qkdb.ingest.rope_planes import rope_frequencies
+
+    if options.complement and options.rope_theta is not None:
+        rope_frequencies(2, options.rope_theta, options.rope_scaling)
+
+
 def _fingerprint(groups, spec: ModelSpec, options: IngestOptions) -> str:
     h = hashlib.sha256()
     for g in groups:
@@ -131,6 +139,7 @@ def ingest(
     n_kv_heads: int | None = None,
     rope_theta: float | None = None,
     rope_pairing: str | None = None,
+    rope_scaling: str | dict | None = None,
     max_vectors: int | None = None,
     n_components: int = 10,
     b_method: str = "eig",
@@ -173,6 +182,7 @@ def ingest(
     spec = resolve_spec(
         model, metadata, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
         n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
+        rope_scaling=json.dumps(rope_scaling, sort_keys=True) if isinstance(rope_scaling, dict) else rope_scaling,
     )
     store.check_model_name(spec.model)
     source = source or ("simulate" if metadata.get("source") == "simulate" else "path")
@@ -181,6 +191,7 @@ def ingest(
         collage_heads=tuple(collage), complement=complement, seed=seed, skip_bad_heads=skip_bad_heads,
         rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing, rope_scaling=spec.rope_scaling,
     )
+    _check_rope(options)
     discovery = discover(path)
     groups = plan_groups(discovery, spec.gqa_ratio, HeadSelection.parse(heads))
     home_dir = ensure_writable(resolve_home(home))

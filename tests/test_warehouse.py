@@ -163,3 +163,17 @@ def test_registry_model_from_local_path_uses_registry_facts(tmp_path, home):
         assert con.execute("select max(depth_bin) from heads").fetchall()[0][0] == 0  # layers 0, 1 of 28
     finally:
         con.close()
+
+
+def test_unusable_rope_scaling_is_refused_before_any_work(dataset, home):
+    with pytest.raises(qkdb.QkdbError, match="dynamic"):
+        qkdb.ingest(dataset, "toy", workers=1, rope_theta=10000.0, rope_scaling={"rope_type": "dynamic", "factor": 2.0}, **FACTS)
+    assert not store.is_ingested(home, "toy")
+    res = qkdb.ingest(dataset, "toy", workers=1, rope_theta=10000.0,
+                      rope_scaling={"rope_type": "linear", "factor": 2.0}, **FACTS)
+    con = qkdb.connect()
+    try:
+        scaling = con.execute("select rope_scaling from models").fetchall()[0][0]
+        assert '"linear"' in scaling and res.heads_done == 8
+    finally:
+        con.close()

@@ -37,6 +37,7 @@ def ingest(
     n_kv_heads: Annotated[Optional[int], typer.Option("--n-kv-heads", help="KV heads per layer.")] = None,
     rope_theta: Annotated[Optional[float], typer.Option("--rope-theta", help="RoPE base (else the registry's; fitted when unknown).")] = None,
     rope_pairing: Annotated[Optional[str], typer.Option("--rope-pairing", help="'half' (rotate-half, default) or 'interleaved'.")] = None,
+    rope_scaling: Annotated[Optional[str], typer.Option("--rope-scaling", help="RoPE scaling as transformers JSON, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 8192}'.")] = None,
     max_vectors: Annotated[Optional[int], typer.Option("--max-vectors", help="Seeded subsample of at most N vectors per file.")] = None,
     components: Annotated[int, typer.Option("--components", help="Principal components stored per head.")] = 10,
     b_method: Annotated[str, typer.Option("--b-method", help="Axis b: 'eig' (seeds' code) or 'mean_diff' (thesis text).")] = "eig",
@@ -58,7 +59,7 @@ def ingest(
         result = api.ingest(
             path, model, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
             n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
-            max_vectors=max_vectors, n_components=components, b_method=b_method, points=points,
+            rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components, b_method=b_method, points=points,
             collage=_parse_collage(collage_heads), complement=not no_complement, seed=seed,
             skip_bad_heads=skip_bad_heads, workers=workers, force=force, wait=wait, home=home,
             progress=progress,

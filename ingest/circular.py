@@ -1,0 +1,330 @@
+"""Circular statistics shared by the complement pairs and the RoPE planes (SPEC §4.3).
+
+Angles live in the complex plane: a vector's coordinates ``(x, y)`` in a plane give the phasor
+``u = (x + iy)/|x + iy|``. Phase coherence at angular frequency ω (radians per token) is
+``ρ(ω) = |mean u · exp(−iωt)|``: 1 when the angle turns exactly as ``ωt`` plus a constant, ~1/√n for
+random angles. Q and K are scored separately (their rings have different phase offsets) and
+combined as ``ρ² = (n_q ρ_Q² + n_k ρ_K²) / N``.
+
+Two ways to find the ω maximising ρ²: :func:`best_on_grid` evaluates the exact sums at listed
+frequencies (e.g. a model's RoPE frequencies); :func:`fit_frequency` searches the whole band, as a
+periodogram — phasors summed into integer position bins and Fourier-transformed give ρ on a grid
+of spacing π/range for the cost of a few FFTs — whose best bin per column is interpolated and
+polished with a Newton step on the exact sums. Only the rows given are used: callers pass a
+seeded subsample.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: Largest FFT length of the coarse frequency scan. Position ranges up to ``MAX_FFT / 2`` tokens are
+#: scanned exhaustively over (0, π]; longer ranges are binned (see :func:`fit_frequency`).
+MAX_FFT = 8192
+
+
+def phasors(omega: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """``exp(−i ω_c τ_n)`` as an (n, m) complex array for ``omega`` (m,) and positions ``tau`` (n,).
+
+    Integer, non-negative positions (token indices) use two small tables, ``exp(−iω r)`` for
+    ``r < base`` and ``exp(−iω base·q)``, and one complex product per entry: several times cheaper
+    than evaluating n × m sines and cosines. Other positions are evaluated directly.
+    """
+    omega = np.asarray(omega, dtype=np.float64).reshape(-1)
+    tau = np.asarray(tau, dtype=np.float64).reshape(-1)
+    if tau.size == 0 or omega.size == 0:
+        return np.ones((tau.size, omega.size), dtype=np.complex128)
+    ti = tau.astype(np.int64)
+    if ti.min() >= 0 and np.array_equal(ti, tau):
+        span = int(ti.max()) + 1
+        base = max(1, math.isqrt(span - 1) + 1)
+        low = np.exp(-1j * np.outer(np.arange(base, dtype=np.float64), omega))
+        high = np.exp(-1j * np.outer(base * np.arange(span // base + 1, dtype=np.float64), omega))
+        q, r = np.divmod(ti, base)
+        return low[r] * high[q]
+    return np.exp(-1j * np.outer(tau, omega))
+
+
+def weighted_r2(S_q: np.ndarray, n_q: int, S_k: np.ndarray, n_k: int) -> np.ndarray:
+    """``(n_q ρ_Q² + n_k ρ_K²)/N`` from phasor sums ``S = Σ u exp(−iωt)`` (ρ = |S|/n)."""
+    n = n_q + n_k
+    out = np.zeros(np.broadcast_shapes(np.shape(S_q), np.shape(S_k)))
+    for S, k in ((S_q, n_q), (S_k, n_k)):
+        if k:
+            S = np.asarray(S)
+            out += (S.real * S.real + S.imag * S.imag) * (1.0 / (k * n))
+    return out
+
+
+def circular_linear_r(c: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Mardia's circular–linear correlation of angles θ with a linear variable t, per column.
+
+    ``R² = (r_tc² + r_ts² − 2 r_tc r_ts r_cs) / (1 − r_cs²)`` with ``r_tc = corr(t, cos θ)``,
+    ``r_ts = corr(t, sin θ)``, ``r_cs = corr(cos θ, sin θ)``: the multiple correlation of t regressed
+    on (cos θ, sin θ), so it is invariant to rotating or reflecting the angles. Returns R in [0, 1];
+    NaN where t, cos θ or sin θ is constant or cos θ and sin θ are collinear.
+
+    Parameters
+    ----------
+    c, s : ndarray of shape (n, m)
+        cos θ and sin θ for m angle columns.
+    t : ndarray of shape (n,)
+    """
+    c = np.asarray(c, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    n = c.shape[0]
+    m = c.shape[1] if c.ndim == 2 else 0
+    if n < 2:
+        return np.full(m, np.nan)
+    tc = np.asarray(t, dtype=np.float64) - np.mean(t)
+    # Moments from sums (values are bounded by 1, so no digits are lost): BLAS products, no copies.
+    mc, ms = c.mean(axis=0), s.mean(axis=0)
+    vt = float(tc @ tc) / n
+    vc = np.einsum("ij,ij->j", c, c) / n - mc * mc
+    vs = np.einsum("ij,ij->j", s, s) / n - ms * ms
+    cts = (tc @ c) / n, (tc @ s) / n
+    ccs = np.einsum("ij,ij->j", c, s) / n - mc * ms
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r_tc = cts[0] / np.sqrt(vt * vc)
+        r_ts = cts[1] / np.sqrt(vt * vs)
+        r_cs = ccs / np.sqrt(vc * vs)
+        r2 = (r_tc**2 + r_ts**2 - 2.0 * r_tc * r_ts * r_cs) / (1.0 - r_cs**2)
+    # A degenerate angle column (constant cos or sin, or |r_cs| = 1) has no defined correlation.
+    bad = ~(vc > 1e-12) | ~(vs > 1e-12) | ~(1.0 - r_cs**2 > 1e-12) | (vt <= 0)
+    return np.where(bad, np.nan, np.sqrt(np.clip(r2, 0.0, 1.0)))
+
+
+def _binned_sums(z: np.ndarray, bins: np.ndarray, length: int) -> np.ndarray:
+    """Σ of z's rows per bin, as (m, length) complex (rows sorted by bin, then ``add.reduceat``)."""
+    m = z.shape[1]
+    out = np.zeros((m, length), dtype=np.complex128)
+    if len(bins) == 0:
+        return out
+    order = np.argsort(bins, kind="stable")
+    b = bins[order]
+    starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
+    out[:, b[starts]] = np.add.reduceat(z[order], starts, axis=0).T
+    return out
+
+
+def _derivatives(z: np.ndarray, tau: np.ndarray, omega: np.ndarray):
+    """Phasor sums S(ω) = Σ z·exp(−iωτ) and their first two ω-derivatives, one ω per column.
+
+    The derivatives are taken about the mean position (better conditioned); that multiplies all
+    three by one common phase, which cancels in |S|² and its derivatives.
+    """
+    A = z * phasors(omega, tau)
+    tc = tau - tau.mean()
+    return A.sum(axis=0), -1j * (tc @ A), -((tc * tc) @ A)
+
+
+def _objective(zq, tq, zk, tk, omega):
+    """ρ²(ω), dρ²/dω and d²ρ²/dω² per column (Q/K weighted)."""
+    n_q, n_k = len(tq), len(tk)
+    n = n_q + n_k
+    f = np.zeros(omega.size)
+    g = np.zeros(omega.size)
+    h = np.zeros(omega.size)
+    for z, tau, nk in ((zq, tq, n_q), (zk, tk, n_k)):
+        if nk == 0:
+            continue
+        S0, S1, S2 = _derivatives(z, tau, omega)
+        f += np.abs(S0) ** 2 / nk
+        g += 2.0 * np.real(np.conj(S0) * S1) / nk
+        h += 2.0 * (np.abs(S1) ** 2 + np.real(np.conj(S0) * S2)) / nk
+    return f / n, g / n, h / n
+
+
+def fit_frequency(
+    zq: np.ndarray,
+    tq: np.ndarray,
+    zk: np.ndarray,
+    tk: np.ndarray,
+    *,
+    signed: bool,
+    omega_min: float = 0.0,
+    omega_max: float = math.pi,
+    extra: np.ndarray | None = None,
+    max_fft: int = MAX_FFT,
+    newton_steps: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The frequency maximising the Q/K-weighted phase coherence, per column.
+
+    Parameters
+    ----------
+    zq, zk : ndarray of shape (n_q, m), (n_k, m), complex
+        Unit phasors of the query and key rows (0 where the angle is undefined), one column per plane.
+    tq, tk : ndarray of shape (n_q,), (n_k,)
+        Token positions. The search runs in units of their lattice spacing
+        (:func:`position_quantum`, 1 for token indices) up to that lattice's Nyquist frequency.
+    signed : bool
+        Search both rotation senses (ω and −ω; for planes whose orientation is arbitrary, e.g. SVD
+        pairs) or only ω ≥ 0 (RoPE planes, whose sense is known). The returned ω is signed.
+    omega_min, omega_max : float
+        Band of |ω| searched, in rad/token.
+    extra : ndarray, optional
+        Frequencies (≥ 0) evaluated exactly in addition to the scan, e.g. a model's RoPE frequencies.
+        Those beyond the scanned band are what this adds: inside it the scan already resolves them.
+    max_fft : int
+        Largest FFT length. Positions spanning more than ``max_fft/2`` tokens are binned by
+        ``s = ceil(2·range/max_fft)`` for the scan, which then covers |ω| ≤ π/s; the polish uses
+        exact positions.
+    newton_steps : int
+        Newton iterations on the exact sums after interpolating the best scan bin.
+
+    Returns
+    -------
+    omega, r2 : ndarray of shape (m,)
+        Best frequency and ρ² there. NaN when positions do not vary.
+    """
+    zq = np.asarray(zq, dtype=np.complex128)
+    zk = np.asarray(zk, dtype=np.complex128)
+    m = zq.shape[1] if zq.ndim == 2 else zk.shape[1]
+    tq = np.asarray(tq, dtype=np.float64).reshape(-1)
+    tk = np.asarray(tk, dtype=np.float64).reshape(-1)
+    n_q, n_k = len(tq), len(tk)
+    nan = np.full(m, np.nan)
+    if m == 0 or n_q + n_k == 0:
+        return nan, nan.copy()
+    t_all = np.concatenate([tq, tk])
+    t0 = float(t_all.min())
+    if float(t_all.max()) - t0 <= 0:
+        return nan, nan.copy()
+    # Work in units of the positions' lattice spacing g (1 for token indices): the search is then
+    # the same computation whatever affine map positions went through, and the band ends at the
+    # lattice's Nyquist frequency π/g — beyond it frequencies alias and cannot be told apart.
+    g = position_quantum(t_all)
+    ex = None if extra is None else np.asarray(extra, dtype=np.float64).reshape(-1) * g
+    omega, r2 = _fit_lattice(
+        zq, (tq - t0) / g, zk, (tk - t0) / g, signed=signed, omega_min=omega_min * g,
+        omega_max=min(omega_max * g, math.pi), extra=ex, max_fft=max_fft, newton_steps=newton_steps,
+    )
+    return omega / g, r2
+
+
+def position_quantum(t: np.ndarray) -> float:
+    """The spacing of the lattice the positions lie on: 1 for token indices.
+
+    Integer positions give the gcd of their gaps (almost always 1); other positions whose gaps are
+    all multiples of the smallest gap give that gap (e.g. 2.5 for ``2.5·t + c``); anything else is
+    treated as token units (1).
+    """
+    u = np.unique(np.asarray(t, dtype=np.float64))
+    if u.size < 2:
+        return 1.0
+    gaps = np.diff(u)
+    whole = np.round(gaps)
+    if np.array_equal(gaps, whole) and whole.max() < 2**53:
+        return float(np.gcd.reduce(whole.astype(np.int64)))
+    k = gaps / gaps.min()
+    if np.all(np.abs(k - np.round(k)) <= 1e-9 * k):
+        return float(gaps.min())
+    return 1.0
+
+
+def _fit_lattice(zq, tq, zk, tk, *, signed, omega_min, omega_max, extra, max_fft, newton_steps):
+    """:func:`fit_frequency` for positions ``tq``, ``tk`` ≥ 0 in lattice units (integers up to rounding)."""
+    m = zq.shape[1]
+    n_q, n_k = len(tq), len(tk)
+    span = float(max(tq.max(initial=0.0), tk.max(initial=0.0)))
+
+    # Coarse scan: phasor sums per position bin, Fourier-transformed. Bin width s = 1 (exact for
+    # integer positions) unless the range is longer than max_fft/2; padding ×2 keeps the grid
+    # spacing at half the width of a coherent peak.
+    s = max(1, math.ceil(2.0 * (span + 1.0) / max_fft))
+    n_bins = int(math.floor(span / s)) + 1
+    length = 1 << max(3, (2 * n_bins - 1).bit_length())
+    bq = np.floor(np.round(tq) / s).astype(np.int64)
+    bk = np.floor(np.round(tk) / s).astype(np.int64)
+    Fq = np.fft.fft(_binned_sums(zq, bq, length), axis=1) if n_q else np.zeros((m, length))
+    Fk = np.fft.fft(_binned_sums(zk, bk, length), axis=1) if n_k else np.zeros((m, length))
+    P = weighted_r2(Fq, n_q, Fk, n_k)  # (m, length)
+    step = 2.0 * math.pi / (length * s)  # grid spacing in rad/token
+    freq = 2.0 * math.pi * np.fft.fftfreq(length) / s
+    allowed = (np.abs(freq) >= omega_min - 0.5 * step) & (np.abs(freq) <= omega_max + 0.5 * step)
+    if not signed:
+        allowed &= freq >= 0
+    if not allowed.any():
+        allowed = np.abs(freq) == np.abs(freq[np.argmin(np.abs(np.abs(freq) - omega_min))])
+    k = np.argmax(P if allowed.all() else np.where(allowed[None, :], P, -np.inf), axis=1)
+    cols = np.arange(m)
+    p0 = P[cols, k]
+    pm = P[cols, (k - 1) % length]
+    pp = P[cols, (k + 1) % length]
+    # Parabolic interpolation of the peak between its neighbouring bins.
+    denom = pm - 2.0 * p0 + pp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        delta = np.where(denom < 0, 0.5 * (pm - pp) / denom, 0.0)
+    delta = np.clip(np.nan_to_num(delta), -0.5, 0.5)
+    lo = -omega_max if signed else max(omega_min, 0.0)
+    omega = np.clip(freq[k] + delta * step, lo, omega_max)
+
+    # Polish on the exact sums: Newton steps, each bounded to half a grid step, keeping the best.
+    best_w = omega.copy()
+    best_f = np.full(m, -np.inf)
+    for it in range(newton_steps + 1):
+        f, g, h = _objective(zq, tq, zk, tk, omega)
+        better = f > best_f
+        best_w = np.where(better, omega, best_w)
+        best_f = np.where(better, f, best_f)
+        if it == newton_steps:
+            break
+        with np.errstate(invalid="ignore", divide="ignore"):
+            newton = np.where(h < 0, -g / h, np.sign(g) * 0.25 * step)
+        newton = np.clip(np.nan_to_num(newton), -0.5 * step, 0.5 * step)
+        omega = best_w + newton
+        if signed:
+            # Keep |ω| in the band without flipping the sense of rotation.
+            sign = np.where(best_w < 0, -1.0, 1.0)
+            omega = sign * np.clip(np.abs(omega), omega_min, omega_max)
+        else:
+            omega = np.clip(omega, max(omega_min, 0.0), omega_max)
+
+    if extra is not None and len(extra):
+        ex = extra[(extra >= omega_min) & (extra <= omega_max) & (extra > math.pi / s)]
+        if ex.size:
+            we, fe = best_on_grid(zq, tq, zk, tk, ex, signed=signed)
+            take = fe > best_f
+            best_w = np.where(take, we, best_w)
+            best_f = np.where(take, fe, best_f)
+    return best_w, best_f
+
+
+def coherence_on_grid(zq, tq, zk, tk, grid: np.ndarray, *, signed: bool = False) -> np.ndarray:
+    """Q/K-weighted ρ² of each phasor column at each frequency of ``grid`` (exact sums).
+
+    Returns (m, G), or (m, 2G) with the frequencies ``[grid, −grid]`` when ``signed``: the sums at
+    −ω are the conjugates of those of the conjugate phasors at ω, so one table of phasors serves both.
+    """
+    grid = np.asarray(grid, dtype=np.float64).reshape(-1)
+    tq = np.asarray(tq, dtype=np.float64).reshape(-1)
+    tk = np.asarray(tk, dtype=np.float64).reshape(-1)
+    m = zq.shape[1]
+    width = 2 * grid.size if signed else grid.size
+    # One reference position for both kinds keeps the table-based phasors on small integers.
+    t0 = min(tq.min(initial=np.inf), tk.min(initial=np.inf))
+
+    def sums(z, t):
+        if len(t) == 0:
+            return np.zeros((m, width))
+        E = phasors(grid, t - t0)
+        if not signed:
+            return z.T @ E
+        S = np.concatenate([z, np.conj(z)], axis=1).T @ E  # (2m, G)
+        return np.concatenate([S[:m], np.conj(S[m:])], axis=1)
+
+    return weighted_r2(sums(zq, tq), len(tq), sums(zk, tk), len(tk))
+
+
+def best_on_grid(zq, tq, zk, tk, grid: np.ndarray, *, signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The best frequency of ``grid`` (and of ``−grid`` when ``signed``) per column, and its ρ²."""
+    grid = np.asarray(grid, dtype=np.float64).reshape(-1)
+    if grid.size == 0:
+        nan = np.full(zq.shape[1], np.nan)
+        return nan, nan.copy()
+    R = coherence_on_grid(zq, tq, zk, tk, grid, signed=signed)
+    full = np.concatenate([grid, -grid]) if signed else grid
+    j = np.argmax(R, axis=1)
+    return full[j], R[np.arange(R.shape[0]), j]

@@ -1,0 +1,287 @@
+"""RoPE planes of the raw coordinates (SPEC §4.3) — table ``rope_planes``.
+
+RoPE rotates the coordinate pair of plane ``j`` by ``ω_j·t``: with ``z = x_j + i·x_{j+d/2}``
+(rotate-half pairing, transformers' Llama/Qwen/Mistral layout) or ``z = x_{2j} + i·x_{2j+1}``
+(interleaved, the original Meta/GPT-J layout), a post-RoPE vector is ``z = z_pre · exp(iω_j t)``.
+A pre-RoPE component with a steady direction therefore becomes a ring whose phase, after undoing
+RoPE, is locked: ``coherence = |mean z/|z| · exp(−iω_j t)|`` is near 1 while the raw coherence
+(without undoing) is near 0 once the plane turns a few times over the positions.
+
+Frequencies are ``ω_j = rope_theta^(−2j/d)``, rescaled as the model's ``rope_scaling`` says
+(:func:`rope_frequencies`), or fitted per plane when ``rope_theta`` is unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from qkdb.errors import InputError
+from qkdb.ingest.circular import fit_frequency, phasors
+from qkdb.ingest.complement import MAX_FIT, fit_subsample
+
+PAIRINGS = ("half", "interleaved")
+ROTATING_MIN_COHERENCE = 0.5
+ROTATING_MIN_TURNS = 1.0
+SCALING_TYPES = ("default", "linear", "llama3", "yarn")
+
+COLUMNS = (
+    "j", "omega", "omega_source", "turns", "coherence_q", "coherence_k", "raw_coherence_q",
+    "raw_coherence_k", "radius_q", "radius_k", "var_frac", "rotating",
+)
+
+
+def plane_coordinates(d: int, pairing: str = "half") -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the real and imaginary coordinates of RoPE planes ``j = 0 … d/2 − 1``."""
+    if pairing not in PAIRINGS:
+        raise InputError(f"rope pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    if d % 2:
+        raise InputError(f"head_dim {d} is odd: RoPE planes need an even dimension")
+    j = np.arange(d // 2)
+    if pairing == "half":
+        return j, j + d // 2
+    return 2 * j, 2 * j + 1
+
+
+def parse_rope_scaling(rope_scaling) -> dict | None:
+    """``rope_scaling`` as a dict (it may come as JSON text from the registry or the CLI); None when plain."""
+    if rope_scaling is None or rope_scaling == "":
+        return None
+    if isinstance(rope_scaling, str):
+        try:
+            rope_scaling = json.loads(rope_scaling)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"rope_scaling is not valid JSON ({exc}): {rope_scaling!r}") from None
+    if rope_scaling is None:
+        return None
+    if not isinstance(rope_scaling, dict):
+        raise InputError(f"rope_scaling must be a JSON object, got {rope_scaling!r}")
+    return dict(rope_scaling)
+
+
+def rope_frequencies(d: int, rope_theta: float, rope_scaling=None) -> np.ndarray:
+    """RoPE's angular frequencies (rad/token) of planes ``j < d/2``, as transformers computes them.
+
+    ``ω_j = rope_theta^(−2j/d)``, then rescaled by ``rope_scaling`` (a transformers-style dict or
+    its JSON; key ``rope_type`` or ``type``):
+
+    * ``default`` / absent: unchanged;
+    * ``linear``: ``ω_j / factor``;
+    * ``llama3`` (Llama 3.1/3.2): ``factor``, ``low_freq_factor``, ``high_freq_factor``,
+      ``original_max_position_embeddings`` — long wavelengths divided by ``factor``, short ones
+      kept, a smooth blend between;
+    * ``yarn``: ``factor``, ``original_max_position_embeddings``, ``beta_fast`` (32),
+      ``beta_slow`` (1), ``truncate`` (true) — the YaRN ramp between interpolated and
+      extrapolated frequencies. YaRN's attention factor scales magnitudes, not phases: ignored.
+
+    ``dynamic`` NTK and ``longrope`` change the frequencies with each sequence's length and are
+    refused (ingest without ``rope_theta`` to fit the frequencies instead).
+    """
+    if not (isinstance(rope_theta, (int, float)) and math.isfinite(rope_theta) and rope_theta > 1.0):
+        raise InputError(f"rope_theta must be a number > 1, got {rope_theta!r}")
+    if d < 2 or d % 2:
+        raise InputError(f"head_dim {d} is odd or < 2: RoPE planes need an even dimension")
+    base = float(rope_theta)
+    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    cfg = parse_rope_scaling(rope_scaling)
+    if not cfg:
+        return omega
+    kind = cfg.get("rope_type", cfg.get("type", "default"))
+    if kind not in SCALING_TYPES:
+        raise InputError(
+            f"rope_scaling type {kind!r} is not supported (supported: {', '.join(SCALING_TYPES)}); "
+            "its frequencies depend on the sequence length — ingest without rope_theta to fit them"
+        )
+    if kind == "default":
+        return omega
+
+    def number(key, default=None):
+        v = cfg.get(key, default)
+        if v is None:
+            raise InputError(f"rope_scaling of type {kind!r} needs {key!r}: {cfg}")
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"rope_scaling {key!r} must be a number, got {v!r}") from None
+
+    factor = number("factor")
+    if factor <= 0:
+        raise InputError(f"rope_scaling factor must be > 0, got {factor}")
+    if kind == "linear":
+        return omega / factor
+    if kind == "llama3":
+        low_ff, high_ff = number("low_freq_factor"), number("high_freq_factor")
+        old_len = number("original_max_position_embeddings")
+        wavelen = 2.0 * math.pi / omega
+        low_wl, high_wl = old_len / low_ff, old_len / high_ff
+        scaled = np.where(wavelen > low_wl, omega / factor, omega)
+        smooth = (old_len / wavelen - low_ff) / (high_ff - low_ff)
+        blended = (1.0 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+        return np.where(medium, blended, scaled)
+    # YaRN (Peng et al. 2023), as transformers' _compute_yarn_parameters.
+    old_len = number("original_max_position_embeddings")
+    beta_fast = number("beta_fast", 32.0)
+    beta_slow = number("beta_slow", 1.0)
+    truncate = bool(cfg.get("truncate", True))
+
+    def correction_dim(rotations: float) -> float:
+        return (d * math.log(old_len / (rotations * 2.0 * math.pi))) / (2.0 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrapolation = 1.0 - ramp
+    return (omega / factor) * (1.0 - extrapolation) + omega * extrapolation
+
+
+def rope_planes(
+    Q: np.ndarray,
+    t_q: np.ndarray,
+    K: np.ndarray,
+    t_k: np.ndarray,
+    *,
+    rope_theta: float | None,
+    pairing: str = "half",
+    rope_scaling=None,
+    max_fit: int | None = MAX_FIT,
+    rng: np.random.Generator,
+    cov: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """The ``rope_planes`` rows of one head: one per RoPE plane ``j < d/2``.
+
+    Parameters
+    ----------
+    Q, K : ndarray of shape (n_q, d), (n_k, d)
+        Post-RoPE query vectors and the vectors of their key head.
+    t_q, t_k : ndarray
+        Token positions.
+    rope_theta : float or None
+        RoPE base. None: ω_j is fitted per plane (``omega_source = 'fitted'``) as the ω ≥ 0
+        maximising the Q/K-weighted coherence ``(n_q ρ_Q² + n_k ρ_K²)/N``.
+    pairing : {"half", "interleaved"}
+    rope_scaling : dict or JSON str, optional
+        See :func:`rope_frequencies`. Ignored when ``rope_theta`` is None.
+    max_fit : int or None
+        Pooled rows (seeded subsample) for the phase statistics and radii; None uses all.
+    rng : numpy.random.Generator
+    cov : ndarray of shape (d, d), optional
+        Pooled population covariance (only its diagonal is used, for var_frac).
+    """
+    Q = np.asarray(Q, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    t_q = np.asarray(t_q, dtype=np.float64).reshape(-1)
+    t_k = np.asarray(t_k, dtype=np.float64).reshape(-1)
+    n_q, d = Q.shape
+    n_k = K.shape[0]
+    if K.shape[1] != d or len(t_q) != n_q or len(t_k) != n_k:
+        raise ValueError(f"shapes disagree: Q{Q.shape}, t_q({len(t_q)}), K{K.shape}, t_k({len(t_k)})")
+    re_idx, im_idx = plane_coordinates(d, pairing)
+    J = d // 2
+    # The two coordinates of every plane as strided views (no copies).
+    re_sl, im_sl = (slice(0, J), slice(J, d)) if pairing == "half" else (slice(0, d, 2), slice(1, d, 2))
+
+    if cov is not None:
+        var = np.diag(np.asarray(cov, dtype=np.float64))
+    else:
+        var = np.concatenate([Q, K]).var(axis=0)
+    total = float(var.sum())
+    var_frac = (var[re_idx] + var[im_idx]) / total if total > 0 else np.full(J, np.nan)
+
+    t_all = np.concatenate([t_q, t_k])
+    t0 = float(t_all.min()) if t_all.size else 0.0
+    span = float(t_all.max()) - t0 if t_all.size else 0.0
+
+    iq, ik = fit_subsample(n_q, n_k, max_fit, rng)
+
+    def plane_phasors(Xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unit phasors z/|z| (0 at the origin) and the radii |z| of every plane."""
+        x, y = Xs[:, re_sl], Xs[:, im_sl]
+        r = np.sqrt(x * x + y * y)
+        inv = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
+        return (x * inv) + 1j * (y * inv), r
+
+    uq, rq = plane_phasors(Q[iq])
+    uk, rk = plane_phasors(K[ik])
+    tq, tk = t_q[iq] - t0, t_k[ik] - t0
+
+    if rope_theta is None:
+        source = "fitted"
+        omega, _ = fit_frequency(uq, tq, uk, tk, signed=False)
+        omega = np.nan_to_num(omega, nan=0.0)  # positions that do not vary: nothing to fit
+    else:
+        source = "given"
+        omega = rope_frequencies(d, rope_theta, rope_scaling)
+
+    def coherence(u: np.ndarray, tau: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+        if u.shape[0] == 0:
+            return np.full(J, np.nan)
+        s = (u * phasors(w, tau)).sum(axis=0) if w is not None else u.sum(axis=0)
+        return np.abs(s) / u.shape[0]
+
+    def mean(r: np.ndarray) -> np.ndarray:
+        return r.mean(axis=0) if r.shape[0] else np.full(J, np.nan)
+
+    coh_q, coh_k = coherence(uq, tq, omega), coherence(uk, tk, omega)
+    turns = omega * span / (2.0 * math.pi)
+    best = np.fmax(coh_q, coh_k)
+    rotating = (np.nan_to_num(best, nan=-1.0) >= ROTATING_MIN_COHERENCE) & (turns >= ROTATING_MIN_TURNS)
+    return {
+        "j": np.arange(J, dtype=np.int32),
+        "omega": omega,
+        "omega_source": np.full(J, source, dtype=object),
+        "turns": turns,
+        "coherence_q": coh_q,
+        "coherence_k": coh_k,
+        "raw_coherence_q": coherence(uq, tq, None),
+        "raw_coherence_k": coherence(uk, tk, None),
+        "radius_q": mean(rq),
+        "radius_k": mean(rk),
+        "var_frac": var_frac,
+        "rotating": rotating,
+    }
+
+
+def strongest_plane(
+    rope_cols: dict | None,
+    complement_cols: dict | None,
+    *,
+    n_q: int | None = None,
+    n_k: int | None = None,
+    position_range: float | None = None,
+) -> tuple[float, float]:
+    """``rotation.omega`` and ``rotation.omega_r_squared`` of a head (SPEC §4.3, last paragraph).
+
+    When RoPE is known (``rope_cols`` with ``omega_source == 'given'``) and some plane is
+    rotating: the ω of the rotating plane with the highest ``(n_q coh_q² + n_k coh_k²)/N`` and that
+    value (equal weights when the counts are not given). Otherwise the complement pair with the
+    highest ``omega_r_squared`` among those whose ω makes at least one turn over ``position_range``
+    (all pairs when the range is not given). NaN, NaN when there is nothing to report.
+    """
+    if rope_cols is not None and len(rope_cols.get("j", ())):
+        given = np.asarray(rope_cols["omega_source"]) == "given"
+        rot = np.asarray(rope_cols["rotating"], dtype=bool) & given
+        if rot.any():
+            wq = 0.5 if not n_q or not n_k else n_q / (n_q + n_k)
+            cq = np.nan_to_num(np.asarray(rope_cols["coherence_q"], float))
+            ck = np.nan_to_num(np.asarray(rope_cols["coherence_k"], float))
+            r2 = np.where(rot, wq * cq**2 + (1.0 - wq) * ck**2, -np.inf)
+            i = int(np.argmax(r2))
+            return float(rope_cols["omega"][i]), float(r2[i])
+    if complement_cols is None or not len(complement_cols.get("pair", ())):
+        return math.nan, math.nan
+    omega = np.asarray(complement_cols["omega"], float)
+    r2 = np.asarray(complement_cols["omega_r_squared"], float)
+    ok = np.isfinite(r2) & np.isfinite(omega)
+    if position_range is not None and position_range > 0:
+        ok &= omega * position_range / (2.0 * math.pi) >= ROTATING_MIN_TURNS
+    if not ok.any():
+        return math.nan, math.nan
+    i = int(np.argmax(np.where(ok, r2, -np.inf)))
+    return float(omega[i]), float(r2[i])
