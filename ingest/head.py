@@ -9,7 +9,7 @@ import numpy as np
 from qkdb.errors import InputError
 from qkdb.ingest.layout import HeadData
 from qkdb.ingest.complement import complement_pairs
-from qkdb.ingest.moments import Moments, moments, pool
+from qkdb.ingest.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.pca import combined_pca, lda_balanced_accuracy
 from qkdb.ingest.points import sample_points
@@ -65,7 +65,14 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
         n = options.max_vectors
     if n < options.min_vectors:
         raise InputError(f"{source}: {n} usable vectors, fewer than the minimum {options.min_vectors}")
-    return KindData(data, moments(data.vectors, data.positions), source)
+    m = moments(data.vectors, data.positions)
+    if t_is_constant(m):
+        # The metrics would be NULL (SPEC §4), but a file whose positions never change is a broken
+        # capture: say so rather than publish a head without any position signal.
+        raise InputError(
+            f"{source}: all {n} vectors have position {data.positions[0]:g}; nothing about position can be measured"
+        )
+    return KindData(data, m, source)
 
 
 def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions) -> HeadRows:

@@ -126,7 +126,10 @@ def test_constant_positions_give_null_correlations_not_errors():
     rng = np.random.default_rng(7)
     Q, K = rng.normal(size=(200, 6)), rng.normal(size=(200, 6)) + 1
     t = np.full(200, 42.0)
-    rows = compute_head(_kind(Q, t), _kind(K, t), CTX, OPTIONS)
+    # Straight to the metrics (ingest's `prepare` refuses such files as a broken capture).
+    kq = KindData(HeadData(Q, t, None, 0), moments(Q, t), "q")
+    kk = KindData(HeadData(K, t, None, 0), moments(K, t), "k")
+    rows = compute_head(kq, kk, CTX, OPTIONS)
     assert np.all(np.isnan(rows.tables["pca"]["r_q"])) and np.all(np.isnan(rows.tables["pca"]["r_k"]))
     assert np.isnan(rows.tables["rotation"]["bias_strength"])
     assert np.isnan(rows.tables["heads"]["pos_var_q"])

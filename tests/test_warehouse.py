@@ -177,3 +177,71 @@ def test_unusable_rope_scaling_is_refused_before_any_work(dataset, home):
         assert '"linear"' in scaling and res.heads_done == 8
     finally:
         con.close()
+
+
+def _rewrite(path, vectors, positions):
+    from qkdb.ingest.layout import write_head
+
+    folder = path.parent
+    layer, head, kind = int(folder.name[1:3]), int(folder.name[4:6]), folder.name[6]
+    write_head(folder.parent, layer, head, kind, vectors, positions)
+
+
+def test_non_finite_rows_are_dropped_and_counted(dataset, home):
+    from qkdb.ingest.layout import read_head
+
+    path = dataset / "l00h01q" / "data.parquet"
+    data = read_head(path)
+    X = data.vectors.copy()
+    X[:5, 0] = np.nan
+    X[5:8, 3] = np.inf
+    _rewrite(path, X, data.positions)
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    con = qkdb.connect()
+    try:
+        n_q, dropped = con.execute("select n_q, n_dropped from heads where layer = 0 and head = 1").fetchall()[0]
+        assert (n_q, dropped) == (len(X) - 8, 8)
+    finally:
+        con.close()
+
+
+def test_too_few_vectors_and_constant_positions_are_named(dataset, home):
+    from qkdb.ingest.layout import read_head
+
+    path = dataset / "l01h00q" / "data.parquet"
+    data = read_head(path)
+    _rewrite(path, data.vectors[:10], data.positions[:10])
+    with pytest.raises(qkdb.QkdbError, match=r"l01h00q.*10 usable vectors, fewer than the minimum 16"):
+        qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    _rewrite(path, data.vectors, np.full(len(data.positions), 7))
+    with pytest.raises(qkdb.QkdbError, match=r"l01h00q.*have position 7"):
+        qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    assert not store.is_ingested(home, "toy")
+
+
+def test_skipped_heads_are_recorded_in_ingest_runs(dataset, home):
+    import json
+
+    (dataset / "l00h02q" / "data.parquet").write_bytes(b"not parquet")
+    res = qkdb.ingest(dataset, "toy", workers=1, skip_bad_heads=True, **FACTS)
+    assert res.heads_skipped == 1
+    con = qkdb.connect()
+    try:
+        done, n_skipped, skipped = con.execute("select heads_done, heads_skipped, skipped from ingest_runs").fetchall()[0]
+    finally:
+        con.close()
+    assert (done, n_skipped) == (7, 1)
+    (entry,) = json.loads(skipped)
+    assert entry["head"] == "l00h02" and "cannot read parquet" in entry["reason"]
+
+
+def test_empty_dataset_and_stray_folders(tmp_path, home):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(qkdb.QkdbError, match="no query head folders"):
+        qkdb.ingest(empty, "toy", workers=1, **FACTS)
+    ds = make_dataset(tmp_path / "ds")
+    (ds / "layer0-head1").mkdir()
+    (ds / "layer0-head1" / "data.parquet").write_bytes(b"x")
+    res = qkdb.ingest(ds, "toy", workers=1, **FACTS)
+    assert res.heads_done == 8 and res.notes == ["ignored folder layer0-head1"]

@@ -33,6 +33,11 @@ class QkdbGroup(typer.core.TyperGroup):
                 raise
             click.echo(f"error: {exc}", err=True)
             raise SystemExit(exc.exit_code) from None
+        except BrokenPipeError:
+            # `qkdb query ... | head`: the reader has what it wanted; stop quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(0) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             raise SystemExit(130) from None
