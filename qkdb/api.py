@@ -107,12 +107,19 @@ def _check_rope(options: IngestOptions) -> None:
         rope_frequencies(2, options.rope_theta, options.rope_scaling)
 
 
-def _fingerprint(groups, spec: ModelSpec, options: IngestOptions) -> str:
+def _files_fingerprint(groups) -> str:
+    """Identifies the local files an ingest reads (path, size, modification time)."""
     h = hashlib.sha256()
     for g in groups:
         for f in (g.key, *g.queries):
             st = f.path.stat()
             h.update(f"{f.path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _fingerprint(data: str, spec: ModelSpec, options: IngestOptions) -> str:
+    """Data, parameters, facts and version: an ingest with the same fingerprint would change nothing."""
+    h = hashlib.sha256(data.encode())
     h.update(json.dumps(options.as_dict(), sort_keys=True, default=str).encode())
     h.update(repr(spec).encode())
     h.update(version().encode())
@@ -131,6 +138,8 @@ def ingest(
     path: str | os.PathLike | None = None,
     model: str | None = None,
     *,
+    repo: str | None = None,
+    revision: str | None = None,
     heads: str | None = None,
     family: str | None = None,
     gqa_ratio: int | None = None,
@@ -154,20 +163,27 @@ def ingest(
     source: str | None = None,
     home: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    endpoint: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
 ) -> IngestResult:
     """Compute every metric of a sniffed-qk dataset and publish it to the warehouse as one model.
 
     Parameters
     ----------
-    path : path
-        Dataset root in the sniffed-qk layout (SPEC §3.1).
+    path : path, optional
+        Local dataset root in the sniffed-qk layout (SPEC §3.1). Without it the data comes from
+        the Hugging Face Hub: ``repo`` (default the registry's ``viktoroo/sniffed-qk``) at
+        ``revision`` (default the model's registry branch), downloading only the files needed.
     model : str, optional
         Registry name or a new name (then give ``gqa_ratio`` and ``n_layers``); default the
         dataset's ``qkdb_dataset.json``.
     heads : str, optional
         Selection like ``"0-3"`` (layers), ``"5"`` or ``"l03h07,l05h01"``.
     force : bool
-        Re-ingest even when the same files were already ingested with the same parameters.
+        Re-ingest even when the same data was already ingested with the same parameters.
+    endpoint, cache_dir, token
+        Hub endpoint, huggingface_hub cache and token (defaults: huggingface_hub's own).
 
     Returns
     -------
@@ -175,36 +191,55 @@ def ingest(
     """
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
-    if path is None:
-        raise InputError("give a dataset directory (path)")
-    path = Path(path)
-    metadata = read_metadata(path) if path.is_dir() else {}
+    if path is None and not model:
+        raise RegistryError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
+    path = Path(path) if path is not None else None
+    metadata = read_metadata(path) if path is not None and path.is_dir() else {}
     spec = resolve_spec(
         model, metadata, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
         n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
         rope_scaling=json.dumps(rope_scaling, sort_keys=True) if isinstance(rope_scaling, dict) else rope_scaling,
     )
     store.check_model_name(spec.model)
-    source = source or ("simulate" if metadata.get("source") == "simulate" else "path")
     options = IngestOptions(
         n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
         collage_heads=tuple(collage), complement=complement, seed=seed, skip_bad_heads=skip_bad_heads,
         rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing, rope_scaling=spec.rope_scaling,
     )
     _check_rope(options)
-    discovery = discover(path)
-    groups = plan_groups(discovery, spec.gqa_ratio, HeadSelection.parse(heads))
+    selection = HeadSelection.parse(heads)
+    hub_source = None
+    if path is not None:
+        discovery = discover(path)
+        groups = plan_groups(discovery, spec.gqa_ratio, selection)
+        planned = [(q.layer, q.head) for g in groups for q in g.queries]
+        data_id, ignored = _files_fingerprint(groups), discovery.ignored
+        source = source or ("simulate" if metadata.get("source") == "simulate" else "path")
+        location, revision, commit = str(path.resolve()), None, None
+    else:
+        from qkdb.ingest import hub
+
+        hub_source = hub.open_source(
+            repo, revision, spec, selection, endpoint=endpoint, cache_dir=cache_dir, token=token
+        )
+        planned, data_id, ignored = hub_source.planned, hub_source.fingerprint(), hub_source.ignored
+        source = source or "hub"
+        location, revision, commit = hub_source.repo, hub_source.revision, hub_source.commit
     home_dir = ensure_writable(resolve_home(home))
-    fp = _fingerprint(groups, spec, options)
+    fp = _fingerprint(data_id, spec, options)
     previous = last_run(home_dir, spec.model)
     if not force and previous and store.is_ingested(home_dir, spec.model):
         if json.loads(previous["parameters"]).get("fingerprint") == fp:
             return IngestResult(spec.model, home_dir, previous["run_id"], 0, 0, unchanged=True)
+    if hub_source is not None:
+        if progress is not None:
+            hub_source.report_to(progress, model=spec.model)
+        groups = hub_source.groups()  # yields each group as soon as its files are in the cache
     return _ingest_groups(
-        home_dir, spec, options, groups, source=source, location=str(path.resolve()),
-        revision=None, commit=None, fingerprint=fp, workers=workers, wait=wait,
-        progress=progress, started=started, t0=t0, notes=[f"ignored folder {p}" for p in discovery.ignored],
-        planned=[(q.layer, q.head) for g in groups for q in g.queries],
+        home_dir, spec, options, groups, source=source, location=location,
+        revision=revision, commit=commit, fingerprint=fp, workers=workers, wait=wait,
+        progress=progress, started=started, t0=t0, notes=[f"ignored folder {p}" for p in ignored],
+        planned=planned,
     )
 
 

@@ -11,7 +11,8 @@ from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
-from qkdb.errors import InputError
+from qkdb.errors import InputError, QkdbError
+from qkdb.ingest import registry
 
 
 def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
@@ -27,8 +28,13 @@ def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
 
 @app.command()
 def ingest(
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Registry name, or a new name (with --family, --gqa-ratio, --n-layers).")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Registry name (from the Hub unless --path), or a new name (with --family, --gqa-ratio, --n-layers). Repeatable.")] = None,
     path: Annotated[Optional[Path], typer.Option("--path", "-p", help="Local dataset root in the sniffed-qk layout.")] = None,
+    series: Annotated[Optional[str], typer.Option("--series", help="Every checkpoint of a registry training series, from the Hub.")] = None,
+    all_models: Annotated[bool, typer.Option("--all", help="Every registry model that has a branch on the Hub.")] = False,
+    repo: Annotated[Optional[str], typer.Option("--repo", help="Hub dataset repo (default: the registry's, viktoroo/sniffed-qk).")] = None,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch or commit (default: the model's registry branch).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="huggingface_hub cache (default: its own, shared with other HF tools).")] = None,
     heads: Annotated[Optional[str], typer.Option("--heads", help="Only these layers (0-3, 5) or heads (l03h07,l05h01).")] = None,
     family: Annotated[Optional[str], typer.Option(help="Model family (for models not in the registry).")] = None,
     gqa_ratio: Annotated[Optional[int], typer.Option("--gqa-ratio", help="Query heads per KV head.")] = None,
@@ -52,19 +58,54 @@ def ingest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     home: HomeOption = None,
 ) -> None:
-    """Ingest a sniffed-qk dataset: compute every metric per head and publish the model atomically."""
+    """Ingest sniffed-qk data (a local folder or the Hugging Face Hub): compute every metric per head and publish each model atomically."""
+    names = _models_to_ingest(model, path, series, all_models, repo, cache_dir)
+    kwargs = dict(
+        repo=repo, revision=revision, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
+        n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
+        rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components, b_method=b_method,
+        points=points, collage=_parse_collage(collage_heads), complement=not no_complement, seed=seed,
+        skip_bad_heads=skip_bad_heads, workers=workers, force=force, wait=wait, home=home, cache_dir=cache_dir,
+    )
+    if len(names) == 1:
+        with ingest_progress(quiet) as progress:
+            result = api.ingest(path, names[0], progress=progress, **kwargs)
+        _report(result)
+        return
+    # Several models (--series, --all): one failure is reported and the others go on.
+    failed = []
+    for name in names:
+        try:
+            with ingest_progress(quiet) as progress:
+                result = api.ingest(path, name, progress=progress, **kwargs)
+            _report(result)
+        except QkdbError as exc:
+            note(f"error: {name}: {exc}")
+            failed.append(name)
+    if failed:
+        raise QkdbError(f"{len(failed)} of {len(names)} models failed: {', '.join(failed)}")
+
+
+def _models_to_ingest(model, path, series, all_models, repo, cache_dir) -> list:
+    chosen = sum(bool(x) for x in (model, series, all_models))
+    if chosen > 1:
+        raise InputError("give one of --model, --series or --all")
+    if series or all_models:
+        if path is not None:
+            raise InputError("--series and --all ingest from the Hub; use --model with --path")
+        if series:
+            return [s.model for s in registry.series_models(series)]
+        from qkdb.ingest import hub
+
+        branches, _ = hub.list_branches(repo or hub.DEFAULT_REPO, cache_dir=cache_dir)
+        return hub.models_on_hub(branches)
+    if model:
+        if path is not None and len(model) > 1:
+            raise InputError("one --model per --path")
+        return list(model)
     if path is None:
-        raise InputError("give --path DIR (a dataset in the sniffed-qk layout)")
-    with ingest_progress(quiet) as progress:
-        result = api.ingest(
-            path, model, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
-            n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
-            rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components, b_method=b_method, points=points,
-            collage=_parse_collage(collage_heads), complement=not no_complement, seed=seed,
-            skip_bad_heads=skip_bad_heads, workers=workers, force=force, wait=wait, home=home,
-            progress=progress,
-        )
-    _report(result)
+        raise InputError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
+    return [None]  # the dataset's qkdb_dataset.json names it
 
 
 def _report(result: api.IngestResult) -> None:

@@ -1,42 +1,52 @@
-"""A rich progress bar on stderr fed by the ingest's progress callback."""
+"""A rich progress display on stderr fed by the ingest's progress callback."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from qkdb.cli.common import err
 
 
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB" if n < 1e9 else f"{n / 1e9:,.2f} GB"
+
+
 @contextlib.contextmanager
 def ingest_progress(quiet: bool = False) -> Iterator:
+    """Yields the callback for ``qkdb.api.ingest(progress=...)``: heads per model, bytes per download."""
     if quiet:
         yield lambda *a, **k: None
         return
     bar = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("heads"),
+        TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err,
         transient=True,
     )
-    tasks: dict[str, int] = {}
+    heads: dict[str, int] = {}
+    downloads: dict[str, int] = {}
 
     def callback(event: str, **info) -> None:
-        model = info.get("model")
+        model = info.get("model", "")
         if event == "start":
-            tasks[model] = bar.add_task(f"ingest {model}", total=info.get("total"))
-            tasks["_current"] = tasks[model]
-        elif event == "head" and "_current" in tasks:
-            bar.advance(tasks["_current"])
+            total = info.get("total") or 0
+            heads[model] = bar.add_task(f"ingest {model}", total=total, detail=f"0/{total} heads")
+        elif event == "head" and model in heads:
+            task = heads[model]
+            bar.advance(task)
+            t = bar.tasks[task]
+            bar.update(task, detail=f"{int(t.completed)}/{int(t.total or 0)} heads")
         elif event == "download":
-            tasks.setdefault("_dl", bar.add_task("download", total=info.get("total")))
-            bar.update(tasks["_dl"], completed=info.get("done"))
+            total, done = info.get("total") or 0, info.get("done") or 0
+            if model not in downloads:
+                downloads[model] = bar.add_task(f"download {model}", total=total or None, detail="")
+            bar.update(downloads[model], total=total or None, completed=done, detail=f"{_mb(done)}/{_mb(total)}")
 
     with bar:
         yield callback
