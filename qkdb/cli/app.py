@@ -63,7 +63,7 @@ def _root(
 
 
 # Each command lives in its own module and adds itself to `app` on import.
-COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate", "findings", "shell", "hub")
+COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate", "findings", "shell", "hub", "chart")
 
 
 def _register() -> None:

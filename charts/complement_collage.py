@@ -1,0 +1,140 @@
+"""Rotation figure 08: the complement of {a, b} for one head, one panel per SVD pair (5×6 for 30 pairs).
+
+Source: table ``points`` (complement scores ``c0 … c59``, stored only for the collage heads: by
+default the seeds' ``random.Random(42)`` sample of four heads per model, plus any given to
+``qkdb ingest --collage-heads``) and ``complement`` (per pair: variance share, angle–position
+correlation, fitted frequency, active flag). RoPE rotation planes show as rings ("donuts") whose
+colour turns with position, Q and K on the same ring. Both axes of a panel share one symmetric
+range so rings look round. Panel titles of active rotation planes are dark, the others grey.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import duckdb
+
+from qkdb.charts.data import (
+    POINTS_PER_KIND,
+    check_heads,
+    head_label,
+    model_heads,
+    parse_heads,
+    resolve_one_model,
+    rows,
+    scalar,
+    seed_sample,
+    values,
+)
+from qkdb.charts.style import K_SCHEME, Q_SCHEME, SMALL_PANEL, fmt_num, fmt_pct
+from qkdb.errors import ChartError
+
+COLUMNS = 6
+POINTS_PER_KIND_HERE = min(POINTS_PER_KIND, 300)  # 30 panels: fewer points keep the render quick
+
+_HAS_SCORES = """
+select distinct layer, head from points where model = $model and c0 is not null order by layer, head
+"""
+
+_PAIRS = """
+select pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, active
+from complement
+where model = $model and layer = $layer and head = $head
+order by pair
+"""
+
+
+def _pick_head(con: duckdb.DuckDBPyConnection, model: str, head) -> tuple[int, int]:
+    with_scores = [(r["layer"], r["head"]) for r in rows(con, _HAS_SCORES, {"model": model})]
+    heads = parse_heads(head)
+    ingest_hint = (
+        f"re-ingest {model!r} with `qkdb ingest ... --collage-heads l{{LL}}h{{HH}} --force` "
+        "(complement scores are stored for 4 heads per model by default, drawn with random.Random(42))"
+    )
+    if heads:
+        if len(heads) > 1:
+            raise ChartError("complement-collage shows one head; give one --head")
+        check_heads(con, model, heads)
+        if heads[0] not in with_scores:
+            have = ", ".join(f"{l}.{h}" for l, h in with_scores) or "none"
+            l, h = heads[0]
+            raise ChartError(
+                f"head {l}.{h} of model {model!r} has no stored complement scores (heads with them: {have}); "
+                + ingest_hint.replace("{LL}", f"{l:02d}").replace("{HH}", f"{h:02d}")
+            )
+        return heads[0]
+    if not with_scores:
+        raise ChartError(
+            f"model {model!r} has no head with stored complement scores (points.c0 is NULL everywhere); "
+            + ingest_hint.replace("{LL}h{HH}", "03h07")
+        )
+    # The seeds' first drawn head when it has scores, else the first head that has them.
+    for h in seed_sample(model_heads(con, model)):
+        if h in with_scores:
+            return h
+    return with_scores[0]
+
+
+def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.ConcatChart:
+    """A grid of the head's complement SVD pairs (s_2i, s_2i+1), Q blues / K reds by position."""
+    model = resolve_one_model(con, models, "complement-collage")
+    layer, hd = _pick_head(con, model, head)
+    pairs = rows(con, _PAIRS, {"model": model, "layer": layer, "head": hd})
+    if not pairs:
+        raise ChartError(
+            f"head {layer}.{hd} of model {model!r} has no complement pairs (ingested with --no-complement?); "
+            f"re-ingest with `qkdb ingest --model {model} --force`"
+        )
+    n = len(pairs)
+    cols = ", ".join(f"c{i}" for i in range(2 * n))
+    data = rows(con, f"""
+        select kind, position, {cols}
+        from points
+        where model = $model and layer = $layer and head = $head and c0 is not null
+        qualify row_number() over (partition by kind order by hash(idx)) <= $per_kind
+        order by kind desc, idx
+    """, {"model": model, "layer": layer, "head": hd, "per_kind": POINTS_PER_KIND_HERE})
+    q_pos = [d["position"] for d in data if d["kind"] == "q"] or [0, 1]
+    k_pos = [d["position"] for d in data if d["kind"] == "k"] or [0, 1]
+    q_dom, k_dom = [min(q_pos), max(q_pos)], [min(k_pos), max(k_pos)]
+    base = alt.Chart()
+    panels = []
+    for p in pairs:
+        i = p["pair"]
+        xs, ys = f"c{2 * i}", f"c{2 * i + 1}"
+        extent = max((abs(d[c]) for d in data for c in (xs, ys) if d[c] is not None), default=1.0) * 1.05
+        scale = alt.Scale(domain=[-extent, extent], nice=False)
+        axis = alt.Axis(labels=False, ticks=False, title=None, grid=False)
+        x = alt.X(f"{xs}:Q", scale=scale, axis=axis)
+        y = alt.Y(f"{ys}:Q", scale=scale, axis=axis)
+        q = base.transform_filter("datum.kind == 'q'").mark_circle(size=5, opacity=0.55).encode(
+            x=x, y=y, color=alt.Color("position:Q", scale=alt.Scale(scheme=Q_SCHEME, domain=q_dom), title="Q position"),
+        )
+        k = base.transform_filter("datum.kind == 'k'").mark_circle(size=5, opacity=0.55).encode(
+            x=x, y=y, fill=alt.Fill("position:Q", scale=alt.Scale(scheme=K_SCHEME, domain=k_dom), title="K position"),
+        )
+        active = bool(p["active"])
+        panels.append(alt.layer(q, k).properties(
+            width=SMALL_PANEL, height=SMALL_PANEL,
+            title=alt.TitleParams(
+                f"pair {i}" + (" · active" if active else ""),
+                subtitle=f"r {fmt_num(p['angle_r'])} · ω {fmt_num(p['omega'], 3)} · {fmt_pct(p['var_frac'], 1)}",
+                fontSize=11, subtitleFontSize=10, anchor="middle",
+                color="#111111" if active else "#999999", subtitleColor="#444444" if active else "#999999",
+            ),
+        ))
+    n_active = sum(bool(p["active"]) for p in pairs)
+    active_share = sum(p["var_frac"] or 0 for p in pairs if p["active"])
+    plane = scalar(con, "select plane_var_fraction from rotation where model = $m and layer = $l and head = $h",
+                   {"m": model, "l": layer, "h": hd})
+    title = alt.TitleParams(
+        f"Complement of {{a, b}}: {model} {head_label(layer, hd)}",
+        subtitle=[
+            "Planar rotation (seed 002 figure 08): SVD pairs (s_2i, s_2i+1) of the centred complement, "
+            f"the d − 2 dimensions outside {{a, b}} ({fmt_pct(None if plane is None else 1 - plane)} of the variance).",
+            "Q blue, K red, light = early, dark = late position; per pair: angle–position r · fitted ω (rad/token) "
+            "· share of complement variance.",
+            f"{n_active} of {n} pairs are active rotation planes (dark titles), holding {fmt_pct(active_share)} "
+            "of the complement variance.",
+        ],
+    )
+    return alt.concat(*panels, columns=COLUMNS, spacing=10, data=values(data)).properties(title=title)

@@ -1,0 +1,224 @@
+"""Query helpers the figures share: running SQL into chart rows and resolving models, series, heads.
+
+Figures read warehouse tables and finding views only, never raw vectors, and aggregate in SQL,
+so a chart's inline data stays far below Altair's 5,000-row limit: per-head scatters sample at
+most :data:`MAX_HEAD_ROWS` heads, point scatters at most :data:`POINTS_PER_KIND` points per kind
+and head. :func:`rows` enforces the limit so a design mistake fails loudly in tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import decimal
+import math
+import random
+import re
+from dataclasses import dataclass
+
+import altair as alt
+import duckdb
+import pyarrow as pa
+
+from qkdb.charts.style import natural_sorted
+from qkdb.errors import ChartError
+
+ROW_LIMIT = 5000  # Altair's MaxRowsError threshold
+MAX_HEAD_ROWS = 4000  # per-head scatters sample this many heads at most (deterministically)
+POINTS_PER_KIND = 500  # collage points per kind and head
+N_COLLAGE = 4  # the seeds' 2x2 collages: random.Random(42).sample(heads, 4)
+
+
+def _clean(v):
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else v
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, (_dt.datetime, _dt.date)):
+        return v.isoformat()
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+
+
+@contextlib.contextmanager
+def single_threaded(con: duckdb.DuckDBPyConnection):
+    """Run on one thread without a progress bar, then restore the connection's settings.
+
+    DuckDB's parallel float aggregates differ run to run in the last bits; on one thread the same
+    warehouse always gives the same figure, byte for byte (chart queries are small).
+    """
+    threads, bar = con.execute(
+        "select current_setting('threads'), current_setting('enable_progress_bar')"
+    ).fetchall()[0]
+    # No progress bar either: DuckDB would draw it on the terminal, into `qkdb chart`'s output.
+    con.execute("set threads = 1; set enable_progress_bar = false")
+    try:
+        yield
+    finally:
+        con.execute(f"set threads = {int(threads)}; set enable_progress_bar = {'true' if bar else 'false'}")
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict]:
+    """The result of ``sql`` as JSON-ready dicts (NaN/inf become None), computed reproducibly."""
+    try:
+        with single_threaded(con):
+            cur = con.execute(sql, params or {})
+            names = [d[0] for d in cur.description]
+            out = [dict(zip(names, (_clean(v) for v in r))) for r in cur.fetchall()]
+    except duckdb.CatalogException as exc:
+        raise ChartError(
+            f"the warehouse lacks a table or view this figure reads ({str(exc).splitlines()[0]}); "
+            "re-open it with this qkdb version (qkdb info) or re-ingest"
+        ) from None
+    except duckdb.Error as exc:
+        raise ChartError(f"the figure's query failed: {str(exc).splitlines()[0]}") from exc
+    if len(out) > ROW_LIMIT:  # pragma: no cover - a figure design bug, not a user error
+        raise AssertionError(f"chart query returned {len(out)} rows (> {ROW_LIMIT}); aggregate or sample in SQL")
+    return out
+
+
+def values(data: list[dict]) -> pa.Table | alt.Data:
+    """Chart data as an Arrow table.
+
+    Altair stores an Arrow table once under the spec's top-level ``datasets`` and neither wraps
+    nor validates it value by value, which makes a 4,000-point collage ~20× faster to build than
+    inline ``values``; it also enforces the 5,000-row limit.
+    """
+    if not data:
+        return alt.Data(values=[])
+    return pa.Table.from_pylist(data)
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None):
+    got = rows(con, sql, params)
+    return next(iter(got[0].values())) if got else None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model: str
+    family: str | None
+    series: str | None
+    pooled: bool
+
+
+def ingested(con: duckdb.DuckDBPyConnection) -> list[ModelInfo]:
+    """Every ingested model, ordered by family and by size-aware name."""
+    got = rows(con, "select model, family, series, pooled from model_pool")
+    infos = [ModelInfo(r["model"], r["family"], r["series"], bool(r["pooled"])) for r in got]
+    order = {m: i for i, m in enumerate(natural_sorted(i.model for i in infos))}
+    return sorted(infos, key=lambda i: (i.family or "", order[i.model]))
+
+
+INGEST_HINT = "ingest one first, e.g. `qkdb ingest --model llama3.2-3b` or `qkdb ingest --path DIR --model NAME`"
+
+
+def resolve_models(con: duckdb.DuckDBPyConnection, models=None) -> list[str]:
+    """The models a cross-model figure shows, in display order.
+
+    Default: the pooled models (every standalone model and the latest checkpoint of each series, as
+    the family/overall rows of the finding views count them). Given names must be ingested.
+    """
+    infos = ingested(con)
+    if not infos:
+        raise ChartError(f"no model is ingested; {INGEST_HINT}")
+    if not models:
+        return [i.model for i in infos if i.pooled]
+    if isinstance(models, str):
+        models = [models]
+    known = {i.model for i in infos}
+    missing = [m for m in models if m not in known]
+    if missing:
+        raise ChartError(
+            f"model(s) not ingested: {', '.join(missing)} (ingested: {', '.join(i.model for i in infos)}); "
+            f"ingest with `qkdb ingest --model {missing[0]}`"
+        )
+    chosen = set(models)
+    return [i.model for i in infos if i.model in chosen]
+
+
+def resolve_one_model(con: duckdb.DuckDBPyConnection, models=None, figure: str = "this figure") -> str:
+    """The single model of a per-model figure: the one given, else the first pooled model."""
+    if models and not isinstance(models, str) and len(models) > 1:
+        raise ChartError(f"{figure} shows one model; give one --model (got {', '.join(models)})")
+    return resolve_models(con, models)[0]
+
+
+def families_of(con: duckdb.DuckDBPyConnection, models: list[str]) -> list[str]:
+    fams = {i.family for i in ingested(con) if i.model in set(models)}
+    return sorted(f for f in fams if f is not None)
+
+
+SERIES_HINT = (
+    "ingest the checkpoints of a training series, e.g. "
+    "`qkdb ingest --model smollm3-3b-stage1-step-40000` and the other smollm3-3b-* checkpoints"
+)
+
+
+def resolve_series(con: duckdb.DuckDBPyConnection, series: str | None = None, min_checkpoints: int = 2) -> str:
+    """The training series a series figure shows: the one given, else the first ingested."""
+    got = rows(con, "select series, count(*) as n from models where series is not null group by series order by series")
+    counts = {r["series"]: r["n"] for r in got}
+    if not counts:
+        raise ChartError(f"no training series is ingested; {SERIES_HINT}")
+    if series is None:
+        series = next(iter(counts))
+    elif series not in counts:
+        raise ChartError(f"series {series!r} is not ingested (ingested series: {', '.join(counts)}); {SERIES_HINT}")
+    if counts[series] < min_checkpoints:
+        raise ChartError(
+            f"series {series!r} has {counts[series]} checkpoint ingested; a trajectory needs at least "
+            f"{min_checkpoints}: ingest more checkpoints of it (see `qkdb models`)"
+        )
+    return series
+
+
+_HEAD = re.compile(r"^\s*(?:l(?:ayer)?)?(\d+)\s*(?:[.:/,]|h(?:ead)?|\s)\s*(?:h(?:ead)?)?(\d+)\s*$", re.IGNORECASE)
+
+
+def parse_head(text) -> tuple[int, int]:
+    """``"12.5"``, ``"l12h05"`` or ``(12, 5)`` as (layer, head)."""
+    if isinstance(text, (tuple, list)) and len(text) == 2:
+        return int(text[0]), int(text[1])
+    m = _HEAD.match(str(text))
+    if not m:
+        raise ChartError(f"cannot read head {text!r}: write LAYER.HEAD, e.g. 12.5 or l12h05")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_heads(head) -> list[tuple[int, int]] | None:
+    if head is None:
+        return None
+    if isinstance(head, str) or (isinstance(head, tuple) and len(head) == 2 and all(isinstance(x, int) for x in head)):
+        return [parse_head(head)]
+    return [parse_head(h) for h in head]
+
+
+def model_heads(con: duckdb.DuckDBPyConnection, model: str) -> list[tuple[int, int]]:
+    got = rows(con, "select layer, head from heads where model = $m order by layer, head", {"m": model})
+    return [(r["layer"], r["head"]) for r in got]
+
+
+def seed_sample(heads: list[tuple[int, int]], n: int = N_COLLAGE) -> list[tuple[int, int]]:
+    """The seeds' collage heads: ``random.Random(42).sample(heads, n)`` over the sorted head list.
+
+    This is the draw ingest uses to choose the heads whose complement scores it stores, so the
+    default collages show exactly the heads with complement points.
+    """
+    return random.Random(42).sample(sorted(heads), min(n, len(heads)))
+
+
+def check_heads(con: duckdb.DuckDBPyConnection, model: str, heads: list[tuple[int, int]]) -> None:
+    have = set(model_heads(con, model))
+    bad = [h for h in heads if h not in have]
+    if bad:
+        listed = ", ".join(f"{l}.{h}" for l, h in bad)
+        raise ChartError(
+            f"head(s) {listed} of model {model!r} are not ingested ({len(have)} heads are; "
+            f"list them with `qkdb query \"select layer, head from heads where model = '{model}'\"`)"
+        )
+
+
+def head_label(layer: int, head: int) -> str:
+    return f"L{layer} H{head}"

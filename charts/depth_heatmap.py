@@ -1,0 +1,50 @@
+"""PCA figures 03/04 (seed 004): mean PC0 r_q / r_k per model and relative-depth bin.
+
+Source: view ``depth_profile`` (model rows). r_q on ``Blues``, r_k on ``Reds``, both 0..1 as in
+the seed (a negative mean r_k, i.e. discordant Q/K gradients, clamps to white but keeps its number).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import duckdb
+
+from qkdb.charts.data import resolve_models, rows
+from qkdb.charts.heatmap import depth_heatmap
+
+_SQL = """
+select d.model, d.family, d.depth_bin, d.n_heads, d.{col} as value
+from depth_profile d
+where d.scope = 'model' and list_contains($models, d.model)
+order by d.model, d.depth_bin
+"""
+
+
+def _build(con: duckdb.DuckDBPyConnection, models, kind: str) -> alt.LayerChart:
+    chosen = resolve_models(con, models)
+    col, scheme, label, fig = {
+        "q": ("mean_r_q", "blues", "mean r_q", "03"),
+        "k": ("mean_r_k", "reds", "mean r_k", "04"),
+    }[kind]
+    data = rows(con, _SQL.format(col=col), {"models": chosen})
+    title = alt.TitleParams(
+        f"Mean PC0 {label[5:]} by model and layer depth",
+        subtitle=[
+            f"Combined Q/K PCA (seed 003 figure {fig}): mean over the heads in each depth bin; "
+            f"{len(chosen)} model(s)."
+        ],
+    )
+    return depth_heatmap(
+        data, row="model", row_title="model", row_order=chosen, value="value", value_title=label,
+        scheme=scheme, title=title,
+    )
+
+
+def build_rq(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.LayerChart:
+    """Mean PC0 r_q per model × depth bin (Blues, annotated)."""
+    return _build(con, models, "q")
+
+
+def build_rk(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.LayerChart:
+    """Mean PC0 r_k per model × depth bin (Reds, annotated)."""
+    return _build(con, models, "k")

@@ -1,0 +1,65 @@
+"""Rotation figure 02: position signal of Q and K on the drift axis a, per model.
+
+Source: view ``drift_correlation`` (model rows, and the pooled overall row by default). Bars: mean
+|r_q_a| (blue) and |r_k_a| (red); black ticks: the same models' mean PC0 r_q and |r_k|, showing the
+reversal the seed points out (K leads on axis a, Q leads on PC0).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import duckdb
+
+from qkdb.charts.data import resolve_models, rows, values
+from qkdb.charts.style import fmt_num, kind_scale
+
+OVERALL = "all models"
+
+_SQL = """
+with d as materialized (
+    select coalesce(model, '{overall}') as model, coalesce(family, '{overall}') as family, scope, n_heads,
+           mean_abs_r_q_a, mean_abs_r_k_a, mean_pc0_r_q, mean_pc0_abs_r_k
+    from drift_correlation
+    where (scope = 'model' and list_contains($models, model)) or (scope = 'overall' and $overall)
+)
+select model, family, scope, n_heads, 'Q' as kind, mean_abs_r_q_a as drift, mean_pc0_r_q as pc0 from d
+union all
+select model, family, scope, n_heads, 'K', mean_abs_r_k_a, mean_pc0_abs_r_k from d
+order by scope, model, kind desc
+"""
+
+
+def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.FacetChart:
+    """Bars of mean |r_q_a| and |r_k_a| per model in a row per family, PC0 values as ticks."""
+    chosen = resolve_models(con, models)
+    overall = not models and len(chosen) > 1
+    data = rows(con, _SQL.format(overall=OVERALL), {"models": chosen, "overall": overall})
+    families = sorted({d["family"] for d in data if d["scope"] != "overall"}) + ([OVERALL] if overall else [])
+    order = chosen + ([OVERALL] if overall else [])
+    y = alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelLimit=280))
+    offset = alt.YOffset("kind:N", sort=["Q", "K"])
+    base = alt.Chart()
+    bars = base.mark_bar().encode(
+        y=y, yOffset=offset,
+        x=alt.X("drift:Q", title="mean |r| with position", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("kind:N", scale=kind_scale(), title=None,
+                        legend=alt.Legend(labelExpr="datum.label == 'Q' ? 'mean |r_q| on axis a' : 'mean |r_k| on axis a'")),
+        tooltip=["model:N", "kind:N", alt.Tooltip("drift:Q", title="mean |r| on a", format=".3f"),
+                 alt.Tooltip("pc0:Q", title="mean |r| on PC0", format=".3f"), alt.Tooltip("n_heads:Q", title="heads")],
+    )
+    ticks = base.mark_tick(color="black", thickness=2, size=11).encode(y=y, yOffset=offset, x="pc0:Q")
+    ov = {d["kind"]: d["drift"] for d in data if d["scope"] == "overall"}
+    if not ov and len(chosen) == 1:
+        ov = {d["kind"]: d["drift"] for d in data}
+    title = alt.TitleParams(
+        "Position signal of Q and K on the drift axis a",
+        subtitle=[
+            "Planar rotation (seed 002 figure 02): bars = mean |corr| of Q·a and K·a with position;",
+            "black ticks = mean PC0 r_q and |r_k| of the combined PCA, for comparison."
+            + (f" Overall on a: |r_q| {fmt_num(ov.get('Q'))}, |r_k| {fmt_num(ov.get('K'))}." if ov else ""),
+        ],
+    )
+    return alt.layer(bars, ticks, data=values(data)).properties(width=420, height=alt.Step(14)).facet(
+        row=alt.Row("family:N", sort=families, title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
+        spacing=8,
+    ).resolve_scale(y="independent").properties(title=title)

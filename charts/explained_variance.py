@@ -1,0 +1,66 @@
+"""PCA figure 05: mean explained variance per principal component, with the cumulative share.
+
+Source: view ``explained_variance``. Overall pooled rows by default, a panel per model with
+``models``. Bars are means over heads (whiskers ±1 sd), the line the cumulative mean.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import duckdb
+
+from qkdb.charts.data import resolve_models, rows, values
+from qkdb.charts.style import fmt_pct
+
+_SQL = """
+select coalesce(model, 'all models') as panel, pc, 'PC' || pc as pc_label, n_heads,
+       mean_explained_variance as mean, sd_explained_variance as sd,
+       greatest(mean_explained_variance - coalesce(sd_explained_variance, 0), 0) as lo,
+       mean_explained_variance + coalesce(sd_explained_variance, 0) as hi,
+       cumulative_explained_variance as cumulative
+from explained_variance
+where {where}
+order by 1, 2
+"""
+
+BAR_COLOR = "#6a51a3"
+
+
+def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.Chart:
+    """Bars of mean explained variance per PC (±1 sd) and the cumulative line."""
+    chosen = resolve_models(con, models)
+    if models:
+        data = rows(con, _SQL.format(where="scope = 'model' and list_contains($models, model)"), {"models": chosen})
+    else:
+        data = rows(con, _SQL.format(where="scope = 'overall'"))
+    order = [f"PC{p}" for p in sorted({d["pc"] for d in data})]
+    x = alt.X("pc_label:N", sort=order, title="principal component", axis=alt.Axis(labelAngle=0))
+    y_axis = alt.Axis(format="%")
+    base = alt.Chart()
+    bars = base.mark_bar(color=BAR_COLOR, opacity=0.85).encode(
+        x=x, y=alt.Y("mean:Q", title="share of combined Q/K variance", axis=y_axis, scale=alt.Scale(domain=[0, 1])),
+        tooltip=[alt.Tooltip("panel:N", title="models"), alt.Tooltip("pc_label:N", title="PC"),
+                 alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("sd:Q", format=".1%"),
+                 alt.Tooltip("cumulative:Q", format=".1%"), alt.Tooltip("n_heads:Q", title="heads")],
+    )
+    whiskers = base.mark_rule(color="#333333").encode(x=x, y="lo:Q", y2="hi:Q")
+    labels = base.mark_text(dy=-8, fontSize=10, color="#333333").encode(
+        x=x, y="hi:Q", text=alt.Text("mean:Q", format=".0%")
+    )
+    cumulative = base.mark_line(color="#555555", strokeDash=[5, 3], point=alt.OverlayMarkDef(color="#555555", size=25)).encode(
+        x=x, y="cumulative:Q"
+    )
+    pc0 = next((d["mean"] for d in data if d["pc"] == 0), None)
+    title = alt.TitleParams(
+        "Explained variance per principal component",
+        subtitle=[
+            "Combined Q/K PCA (seed 003 figure 05): bars are means over heads (whiskers ±1 sd);",
+            "dashed line: cumulative share." + (f" PC0 holds {fmt_pct(pc0)} on average." if not models and pc0 is not None else ""),
+        ],
+    )
+    layer = alt.layer(bars, whiskers, labels, cumulative, data=values(data)).properties(
+        width=max(260, 38 * len(order)), height=220
+    )
+    if models:
+        return layer.facet(facet=alt.Facet("panel:N", sort=chosen, title=None), columns=min(3, len(chosen))).properties(title=title)
+    return layer.properties(title=title)

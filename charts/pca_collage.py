@@ -1,0 +1,40 @@
+"""PCA figure 06 (seed 001): 2×2 heads of one model on (PC0, PC1), Q blues / K reds by position.
+
+Source: table ``points`` (canonical PC0/PC1 projections, pooled mean removed) and ``pca`` for the
+stats box (explained variance, r_q, r_k of PC0 and PC1). Heads: ``random.Random(42).sample`` of the
+model's heads, as the seeds drew them, or the ones given with ``head``.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import duckdb
+
+from qkdb.charts.collage import build_collage
+from qkdb.charts.data import rows
+from qkdb.charts.style import fmt_num, fmt_pct
+
+_STATS = """
+select layer, head, pc, explained_variance, r_q, r_k
+from pca
+where model = $model and pc < 2 and list_contains($heads, printf('%d.%d', layer, head))
+order by layer, head, pc
+"""
+
+
+def head_stats(con: duckdb.DuckDBPyConnection, model: str, heads: list[tuple[int, int]]) -> dict:
+    out: dict[tuple[int, int], list[str]] = {}
+    for r in rows(con, _STATS, {"model": model, "heads": [f"{l}.{h}" for l, h in heads]}):
+        out.setdefault((r["layer"], r["head"]), []).append(
+            f"PC{r['pc']}: EV {fmt_pct(r['explained_variance'], 1)} · r_q {fmt_num(r['r_q'])} · r_k {fmt_num(r['r_k'])}"
+        )
+    return out
+
+
+def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.ConcatChart:
+    """Scatter of sampled Q and K points on PC0/PC1 for four heads (or the given ones)."""
+    return build_collage(
+        con, models, head, figure="pca-collage", x="pc0", y="pc1", x_title="PC0", y_title="PC1",
+        stats=head_stats, title="Q/K on the first two principal components",
+        subtitle="Combined Q/K PCA (seed 001): Q blue, K red, light = early, dark = late position",
+    )

@@ -1,0 +1,101 @@
+"""Every figure by name (SPEC §7): its builder, a one-line description and the seed group it belongs to.
+
+A builder is ``build(con, models=None, series=None, head=None, **opts) -> alt.Chart`` (or a
+layered/faceted/concatenated chart) built only from warehouse tables and finding views; it raises
+:class:`qkdb.errors.ChartError` when the ingested data cannot support the figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import altair as alt
+
+from qkdb.charts import (
+    ab_plane_collage,
+    bias_strength,
+    bias_vs_separation,
+    complement_collage,
+    depth_heatmap,
+    drift_bars,
+    explained_variance,
+    pc_roles,
+    pca_collage,
+    rotation_depth_heatmaps,
+    rq_vs_rk,
+    series_bias_decomposition,
+    series_depth_heatmap,
+    series_explained_variance,
+    series_phase_portraits,
+    series_position_signal,
+    series_taxonomy,
+    series_trajectory,
+    slope_ratio,
+    variance_decomposition,
+)
+from qkdb.errors import ChartError
+
+# The seeds' grouping of their figures (seed 003 and seed 002 figure tables).
+GROUPS = {
+    "pca": "Cross-model: combined Q/K PCA (seed 003)",
+    "rotation": "Cross-model: planar rotation (seed 002)",
+    "series-pca": "Training series: combined Q/K PCA (seed 003, figures 07–12)",
+    "series-rotation": "Training series: planar rotation (seed 002, figures 09–10)",
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    seed_figure: str
+    description: str
+    group: str
+    build: Callable[..., alt.TopLevelMixin]
+    scope: str  # 'models' (cross-model), 'model' (one model's heads) or 'series'
+
+
+FIGURES: dict[str, Figure] = {
+    f.name: f
+    for f in (
+        Figure("pc-roles", "PCA 01", "mean r_q and r_k per principal component (bars ±1 sd)", "pca", pc_roles.build, "models"),
+        Figure("rq-vs-rk", "PCA 02", "PC0 r_q vs r_k per head, coloured by family, taxonomy thresholds", "pca", rq_vs_rk.build, "models"),
+        Figure("depth-heatmap-rq", "PCA 03", "mean PC0 r_q per model × depth bin (Blues, annotated)", "pca", depth_heatmap.build_rq, "models"),
+        Figure("depth-heatmap-rk", "PCA 04", "mean PC0 r_k per model × depth bin (Reds, annotated)", "pca", depth_heatmap.build_rk, "models"),
+        Figure("explained-variance", "PCA 05", "mean explained variance per PC with the cumulative share", "pca", explained_variance.build, "models"),
+        Figure("pca-collage", "PCA 06", "2×2 heads on PC0/PC1, Q blues / K reds by position, per-PC stats", "pca", pca_collage.build, "model"),
+        Figure("ab-plane-collage", "rotation 01", "2×2 heads on their {a, b} plane, Q blues / K reds by position", "rotation", ab_plane_collage.build, "model"),
+        Figure("drift-bars", "rotation 02", "mean |r_q| and |r_k| on the drift axis a per model (PC0 as ticks)", "rotation", drift_bars.build, "models"),
+        Figure("variance-decomposition", "rotation 03", "variance share of axis a, axis b and the complement per model", "rotation", variance_decomposition.build, "models"),
+        Figure("bias-strength", "rotation 04", "histogram of bias strength ×10³ per family, zero line", "rotation", bias_strength.build, "models"),
+        Figure("slope-ratio", "rotation 05", "median |alpha_k|/|alpha_q| per model with IQR, log scale", "rotation", slope_ratio.build, "models"),
+        Figure("depth-heatmaps", "rotation 06", "|r_k| on axis a and bias ×10³ per model × depth bin", "rotation", rotation_depth_heatmaps.build, "models"),
+        Figure("bias-vs-separation", "rotation 07", "bias vs separation per head, a panel per family with its r", "rotation", bias_vs_separation.build, "models"),
+        Figure("complement-collage", "rotation 08", "grid of the complement SVD pairs of one head (RoPE rings)", "rotation", complement_collage.build, "model"),
+        Figure("series-position-signal", "PCA 07", "mean PC0 r_q and r_k per checkpoint (±1 sd), phase shading", "series-pca", series_position_signal.build, "series"),
+        Figure("series-taxonomy", "PCA 08", "taxonomy category shares per checkpoint", "series-pca", series_taxonomy.build, "series"),
+        Figure("series-explained-variance", "PCA 09", "mean explained variance of PC0–PC2 per checkpoint", "series-pca", series_explained_variance.build, "series"),
+        Figure("series-depth-heatmap-rq", "PCA 10", "mean PC0 r_q per checkpoint × depth bin (Blues)", "series-pca", series_depth_heatmap.build_rq, "series"),
+        Figure("series-depth-heatmap-rk", "PCA 11", "mean PC0 r_k per checkpoint × depth bin (Reds)", "series-pca", series_depth_heatmap.build_rk, "series"),
+        Figure("series-phase-portraits", "PCA 12", "PC0 r_q vs r_k per head, a panel per checkpoint", "series-pca", series_phase_portraits.build, "series"),
+        Figure("series-trajectory", "rotation 09", "median and IQR of |r_k_a|, separation, bias, plane variance per checkpoint", "series-rotation", series_trajectory.build, "series"),
+        Figure("series-bias-decomposition", "rotation 10", "mu_q_a, alpha_k and bias per checkpoint, change in long-context training", "series-rotation", series_bias_decomposition.build, "series"),
+    )
+}
+
+
+def get(name: str) -> Figure:
+    """The figure called ``name``; a :class:`ChartError` naming close matches otherwise."""
+    try:
+        return FIGURES[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, FIGURES, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ChartError(f"unknown figure {name!r}.{hint} `qkdb chart --list` names them all.") from None
+
+
+def listing() -> list[tuple[str, str]]:
+    """(name, one line) for every figure, in the seeds' order."""
+    return [(f.name, f"{f.seed_figure}: {f.description}") for f in FIGURES.values()]

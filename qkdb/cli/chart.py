@@ -1,0 +1,104 @@
+"""`qkdb chart` (one seed figure to png/svg/pdf/html/json) and `qkdb report` (one offline HTML page)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from qkdb.cli.app import app
+from qkdb.cli.common import HomeOption
+from qkdb.errors import ChartError
+
+ModelOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--model", "-m", help="Model to show (repeatable; default: every standalone model and each series' latest checkpoint)."),
+]
+SeriesOption = Annotated[Optional[str], typer.Option("--series", "-s", help="Training series of the series-* figures (default: the first ingested).")]
+
+
+@app.command()
+def chart(
+    name: Annotated[Optional[str], typer.Argument(help="Figure name (see --list).", show_default=False)] = None,
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="FILE.png, .svg, .pdf, .html (offline) or .json (Vega-Lite spec); default: the spec as JSON on stdout."),
+    ] = None,
+    model: ModelOption = None,
+    series: SeriesOption = None,
+    head: Annotated[
+        Optional[list[str]],
+        typer.Option("--head", help="Head LAYER.HEAD (e.g. 12.5) of a collage; repeatable for the 2×2 collages (default: the seeds' random.Random(42) sample)."),
+    ] = None,
+    scale: Annotated[float, typer.Option("--scale", help="PNG pixels per CSS pixel.", min=0.1, max=10)] = 2.0,
+    list_: Annotated[bool, typer.Option("--list", "-l", help="List the figures, one per line, and exit.")] = False,
+    home: HomeOption = None,
+) -> None:
+    """Render one of the seeds' figures from the warehouse; the output's extension picks the format."""
+    from qkdb.charts import registry
+
+    if list_:
+        width = max(len(n) for n, _ in registry.listing())
+        for n, line in registry.listing():
+            typer.echo(f"{n:<{width}}  {line}")
+        return
+    if not name:
+        raise ChartError("give a figure name (qkdb chart NAME -o FILE), or --list to see them")
+    registry.get(name)  # unknown names fail before the warehouse is opened
+    from qkdb.api import connect
+    from qkdb.charts import render
+    from qkdb.charts.api import chart as build_chart
+
+    fmt = render.format_of(output) if output else "json"
+    heads = None if not head else (head[0] if len(head) == 1 else head)
+    models = None if not model else (model[0] if len(model) == 1 else model)
+    con = connect(home)
+    try:
+        figure = build_chart(name, con, models=models, series=series, head=heads)
+    finally:
+        con.close()
+    if output is None:
+        sys.stdout.write(render.render(figure, "json").decode())
+        return
+    t0 = time.perf_counter()
+    render.save(figure, output, scale=scale)
+    typer.echo(f"wrote {output} ({fmt}, {time.perf_counter() - t0:.1f} s)", err=True)
+
+
+@app.command()
+def report(
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write; default: stdout.")] = None,
+    model: ModelOption = None,
+    series: Annotated[Optional[list[str]], typer.Option("--series", "-s", help="Training series to include (repeatable; default: all ingested).")] = None,
+    title: Annotated[str, typer.Option("--title", help="Page title.")] = "qkdb report",
+    home: HomeOption = None,
+) -> None:
+    """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
+    from qkdb.api import connect
+    from qkdb.charts.report import build_report
+
+    if output is not None and output.suffix.lower() not in (".html", ".htm"):
+        raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
+    con = connect(home)
+    try:
+        result = build_report(
+            con, models=model or None, series=series or None, title=title,
+            progress=lambda label, ok: typer.echo(f"  {'ok' if ok else 'not supported:'} {label}", err=True),
+        )
+    finally:
+        con.close()
+    if output is None:
+        sys.stdout.write(result.html)
+    else:
+        if not output.parent.exists():
+            raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist")
+        output.write_text(result.html, encoding="utf-8")
+    # typer.echo, not the rich console: a summary line must not be wrapped at 80 columns.
+    typer.echo(
+        f"report{'' if output is None else ' ' + str(output)}: {len(result.shown)} figure(s)"
+        + (f", {len(result.missing)} not supported by the data (listed in the page)" if result.missing else ""),
+        err=True,
+    )

@@ -1,0 +1,576 @@
+"""Every figure of SPEC §7 on simulated data: spec round-trips, golden structure, real renders, errors.
+
+The warehouse (session scope, built once) holds two standalone simulated models in two families
+and three checkpoints of the registry's SmolLM3-3B series (stage1 40k, stage1 2.4M, lc-4k-to-32k
+4k), the last with a planted collapse of the key drift slope. Checks of figure *content* compare
+the chart data with values computed here from the base tables (numpy), not through the views.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import struct
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pytest
+
+import qkdb
+from qkdb.charts import registry, render, style
+from qkdb.charts.api import chart
+from qkdb.charts.data import ROW_LIMIT, parse_head
+from qkdb.cli.app import app
+from qkdb.errors import ChartError
+from qkdb.ingest.simulate import Ranges, simulate
+
+STANDALONE = (("sim-a-1b", "FamA", 1, Ranges()), ("sim-b-2b", "FamB", 2, Ranges(alpha_k=(0.5e-3, 2e-3), slope_ratio=1.0)))
+SERIES = (
+    ("smollm3-3b-stage1-step-40000", Ranges(alpha_k=(2e-3, 5e-3), mu_q_a=(2.0, 5.0))),
+    ("smollm3-3b-stage1-step-2400000", Ranges(alpha_k=(3e-3, 6e-3), mu_q_a=(3.0, 7.0))),
+    ("smollm3-3b-lc-4k-to-32k-step-4000", Ranges(alpha_k=(0.3e-3, 0.8e-3), mu_q_a=(4.0, 9.0))),
+)
+LAYERS, HEAD_DIM, VECTORS = 5, 32, 300
+
+# SPEC §7, in its order.
+SPEC_NAMES = [
+    "pc-roles", "rq-vs-rk", "depth-heatmap-rq", "depth-heatmap-rk", "explained-variance", "pca-collage",
+    "ab-plane-collage", "drift-bars", "variance-decomposition", "bias-strength", "slope-ratio", "depth-heatmaps",
+    "bias-vs-separation", "complement-collage", "series-position-signal", "series-taxonomy",
+    "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
+    "series-trajectory", "series-bias-decomposition",
+]
+
+_CACHE: dict[str, Path] = {}
+
+
+def build_chart_warehouse(root: Path) -> Path:
+    """Simulate and ingest the models above into ``root/home``."""
+    home = root / "home"
+    for name, family, seed, ranges in STANDALONE:
+        ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=2, head_dim=HEAD_DIM, vectors=VECTORS,
+                      model=name, family=family, seed=seed, workers=1, ranges=ranges)
+        qkdb.api.ingest(ds, name, family=family, gqa_ratio=2, n_layers=LAYERS, workers=1, home=home)
+    for i, (name, ranges) in enumerate(SERIES):
+        # Registry names: series, order, phase and step come from the registry (gqa 16/4 = 4).
+        ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=1, head_dim=HEAD_DIM, vectors=VECTORS,
+                      model=name, family="SmolLM3", seed=10 + i, workers=1, ranges=ranges, nope_layers=(3,))
+        qkdb.api.ingest(ds, name, gqa_ratio=4, n_layers=LAYERS, workers=1, home=home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def chart_home(tmp_path_factory) -> Path:
+    if "full" not in _CACHE:
+        _CACHE["full"] = build_chart_warehouse(tmp_path_factory.mktemp("charts"))
+    return _CACHE["full"]
+
+
+@pytest.fixture(scope="session")
+def bare_home(tmp_path_factory) -> Path:
+    """One standalone model and nothing else: no series."""
+    if "bare" not in _CACHE:
+        root = tmp_path_factory.mktemp("charts-bare")
+        ds = simulate(root / "solo", layers=3, q_heads=2, kv_heads=1, head_dim=16, vectors=200, model="solo",
+                      family="Solo", seed=5, workers=1)
+        qkdb.api.ingest(ds, "solo", family="Solo", gqa_ratio=2, n_layers=3, workers=1, home=root / "home")
+        _CACHE["bare"] = root / "home"
+    return _CACHE["bare"]
+
+
+@pytest.fixture(scope="session")
+def con(chart_home):
+    c = qkdb.api.connect(chart_home)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def specs(con) -> dict[str, dict]:
+    return {name: chart(name, con).to_dict(validate=True) for name in registry.FIGURES}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def datasets(spec: dict) -> dict[str, list[dict]]:
+    return spec.get("datasets", {})
+
+
+def only_rows(spec: dict) -> list[dict]:
+    ds = datasets(spec)
+    assert len(ds) == 1, f"expected one dataset, got {list(ds)}"
+    return next(iter(ds.values()))
+
+
+def structure(node: dict) -> dict:
+    """Composition, marks and encodings (channel=field:type, tooltips left out) of a spec."""
+    for key in ("layer", "hconcat", "vconcat"):
+        if key in node:
+            return {key: [structure(n) for n in node[key]]}
+    if "concat" in node:
+        return {"concat": len(node["concat"]), "first": structure(node["concat"][0])}
+    if "facet" in node:
+        f = node["facet"]
+        facet = {"facet": f["field"]} if "field" in f else {ch: v["field"] for ch, v in f.items()}
+        return {"facet": facet, "spec": structure(node["spec"])}
+    mark = node["mark"]["type"] if isinstance(node["mark"], dict) else node["mark"]
+    enc = []
+    for ch, e in sorted(node.get("encoding", {}).items()):
+        if ch == "tooltip":
+            continue
+        if "field" in e:
+            enc.append(f"{ch}={e['field']}:{e.get('type', '-')}")
+        else:
+            enc.append(f"{ch}={'datum' if 'datum' in e else 'value'}")
+    return {"mark": mark, "encoding": enc}
+
+
+def walk(node):
+    """Every dict in a spec."""
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from walk(v)
+
+
+def encodings(spec: dict, channel: str) -> list[dict]:
+    return [n["encoding"][channel] for n in walk(spec) if isinstance(n.get("encoding"), dict) and channel in n["encoding"]]
+
+
+def title_texts(spec: dict) -> list[str]:
+    out = []
+    for n in walk(spec):
+        t = n.get("title")
+        if isinstance(t, str):
+            out.append(t)
+        elif isinstance(t, dict):
+            for k in ("text", "subtitle"):
+                v = t.get(k)
+                out.extend(v if isinstance(v, list) else [v] if isinstance(v, str) else [])
+    return out
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def base_heads(con, where: str = "true") -> list[dict]:
+    """Per head, straight from the base tables (no finding view): PC0 and rotation metrics."""
+    cur = con.execute(f"""
+        select h.model, m.family, m.series, m.series_order, h.layer, h.head, h.depth_bin,
+               p.r_q, p.r_k, r.bias_strength, r.separation_strength, r.r_k_a, r.mu_q_a, r.alpha_k
+        from heads h join models m on m.model = h.model
+        join pca p on p.model = h.model and p.layer = h.layer and p.head = h.head and p.pc = 0
+        join rotation r on r.model = h.model and r.layer = h.layer and r.head = h.head
+        where {where}
+    """)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+POOLED = ["sim-a-1b", "sim-b-2b", "smollm3-3b-lc-4k-to-32k-step-4000"]  # standalone + latest checkpoint
+
+
+# --------------------------------------------------------------------------- registry and API
+
+
+def test_registry_names_every_spec_figure():
+    assert list(registry.FIGURES) == SPEC_NAMES
+    for name, line in registry.listing():
+        assert line and "\n" not in line
+    assert {f.group for f in registry.FIGURES.values()} == set(registry.GROUPS)
+
+
+def test_unknown_figure_suggests_close_names(con):
+    with pytest.raises(ChartError, match="Did you mean bias-strength"):
+        chart("bias-strenght", con)
+
+
+@pytest.mark.parametrize("name", SPEC_NAMES)
+def test_spec_round_trips(name, con, specs):
+    built = chart(name, con)
+    spec = specs[name]
+    assert built.to_dict() == spec  # the same warehouse gives the same spec, byte for byte
+    assert json.loads(built.to_json()) == spec
+    # Altair re-loads the spec into the same chart. from_json/from_dict turn every data value into
+    # an object (seconds for a collage), so the spec goes round with a few rows per dataset.
+    cls = type(built)
+    small = {**spec, "datasets": {k: v[:5] for k, v in datasets(spec).items()}}
+    assert cls.from_json(json.dumps(small)).to_dict() == small  # from_json is from_dict of the parsed text
+    assert spec["usermeta"]["qkdb"]["figure"] == name
+    # The configured font exists on this machine's font stack and is the one every text uses.
+    assert spec["config"]["font"] == style.FONT_STACK
+    # Far below Altair's row limit by design, and no external data.
+    for rows in datasets(spec).values():
+        assert 0 < len(rows) <= ROW_LIMIT
+    assert not any("url" in n for n in walk(spec))
+
+
+GOLDEN = {
+    "pc-roles": {"layer": [
+        {"mark": "bar", "encoding": ["color=kind:nominal", "x=pc_label:nominal", "xOffset=kind:nominal", "y=mean:quantitative"]},
+        {"mark": "rule", "encoding": ["x=pc_label:nominal", "xOffset=kind:nominal", "y=lo:quantitative", "y2=hi:-"]},
+    ]},
+    "rq-vs-rk": {"layer": [
+        {"mark": "rule", "encoding": ["x=_xline:quantitative"]},
+        {"mark": "rule", "encoding": ["y=_yline:quantitative"]},
+        {"mark": "circle", "encoding": ["color=family:nominal", "x=r_q:quantitative", "y=r_k:quantitative"]},
+    ]},
+    "depth-heatmap-rq": {"layer": [
+        {"mark": "rect", "encoding": ["color=value:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+        {"mark": "text", "encoding": ["color=value", "text=value:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+    ]},
+    "explained-variance": {"layer": [
+        {"mark": "bar", "encoding": ["x=pc_label:nominal", "y=mean:quantitative"]},
+        {"mark": "rule", "encoding": ["x=pc_label:nominal", "y=lo:quantitative", "y2=hi:-"]},
+        {"mark": "text", "encoding": ["text=mean:quantitative", "x=pc_label:nominal", "y=hi:quantitative"]},
+        {"mark": "line", "encoding": ["x=pc_label:nominal", "y=cumulative:quantitative"]},
+    ]},
+    "pca-collage": {"concat": 4, "first": {"layer": [
+        {"mark": "circle", "encoding": ["color=position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
+        {"mark": "circle", "encoding": ["fill=position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
+    ]}},
+    "drift-bars": {"facet": {"row": "family"}, "spec": {"layer": [
+        {"mark": "bar", "encoding": ["color=kind:nominal", "x=drift:quantitative", "y=model:nominal", "yOffset=kind:nominal"]},
+        {"mark": "tick", "encoding": ["x=pc0:quantitative", "y=model:nominal", "yOffset=kind:nominal"]},
+    ]}},
+    "variance-decomposition": {"layer": [
+        {"mark": "bar", "encoding": ["color=part:nominal", "order=part_order:quantitative", "x=share:quantitative", "y=model:nominal"]},
+        {"mark": "text", "encoding": ["detail=part:nominal", "order=part_order:quantitative", "text=share:quantitative", "x=share:quantitative", "y=model:nominal"]},
+    ]},
+    "bias-strength": {"facet": {"row": "panel"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["color=family:nominal", "x=x0:quantitative", "x2=x1:-", "y=count:quantitative", "y2=datum"]},
+        {"mark": "rule", "encoding": ["x=datum"]},
+    ]}},
+    "slope-ratio": {"layer": [
+        {"mark": "rule", "encoding": ["x=datum"]},
+        {"mark": "rule", "encoding": ["color=family:nominal", "x=q25_ratio:quantitative", "x2=q75_ratio:-", "y=model:nominal"]},
+        {"mark": "circle", "encoding": ["color=family:nominal", "x=median_ratio:quantitative", "y=model:nominal"]},
+        {"mark": "text", "encoding": ["text=median_ratio:quantitative", "x=median_ratio:quantitative", "y=model:nominal"]},
+    ]},
+    "depth-heatmaps": {"hconcat": [
+        {"layer": [
+            {"mark": "rect", "encoding": ["color=abs_r_k_a:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+            {"mark": "text", "encoding": ["color=value", "text=abs_r_k_a:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+        ]},
+        {"layer": [
+            {"mark": "rect", "encoding": ["color=bias_e3:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+            {"mark": "text", "encoding": ["color=value", "text=bias_e3:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+        ]},
+    ]},
+    "bias-vs-separation": {"facet": {"facet": "panel"}, "spec": {"layer": [
+        {"mark": "circle", "encoding": ["color=family:nominal", "x=x:quantitative", "y=y:quantitative"]},
+        {"mark": "line", "encoding": ["x=x:quantitative", "y=y:quantitative"]},
+    ]}},
+    "complement-collage": {"concat": (HEAD_DIM - 2) // 2, "first": {"layer": [
+        {"mark": "circle", "encoding": ["color=position:quantitative", "x=c0:quantitative", "y=c1:quantitative"]},
+        {"mark": "circle", "encoding": ["fill=position:quantitative", "x=c0:quantitative", "y=c1:quantitative"]},
+    ]}},
+    "series-position-signal": {"layer": [
+        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+        {"mark": "rule", "encoding": ["color=kind:nominal", "x=checkpoint:nominal", "y=lo:quantitative", "y2=hi:-"]},
+        {"mark": "line", "encoding": ["color=kind:nominal", "x=checkpoint:nominal", "y=mean:quantitative"]},
+    ]},
+    "series-taxonomy": {"layer": [
+        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+        {"mark": "line", "encoding": ["color=category:nominal", "x=checkpoint:nominal", "y=fraction:quantitative"]},
+    ]},
+    "series-explained-variance": {"layer": [
+        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+        {"mark": "rule", "encoding": ["color=pc_label:nominal", "x=checkpoint:nominal", "y=lo:quantitative", "y2=hi:-"]},
+        {"mark": "line", "encoding": ["color=pc_label:nominal", "strokeWidth=value", "x=checkpoint:nominal", "y=mean:quantitative"]},
+    ]},
+    "series-depth-heatmap-rk": {"layer": [
+        {"mark": "rect", "encoding": ["color=value:quantitative", "x=depth_bin:ordinal", "y=checkpoint:nominal"]},
+        {"mark": "text", "encoding": ["color=value", "text=value:quantitative", "x=depth_bin:ordinal", "y=checkpoint:nominal"]},
+    ]},
+    "series-phase-portraits": {"facet": {"facet": "panel"}, "spec": {"layer": [
+        {"mark": "rule", "encoding": ["x=_xline:quantitative"]},
+        {"mark": "rule", "encoding": ["y=_yline:quantitative"]},
+        {"mark": "circle", "encoding": ["color=phase:nominal", "x=r_q:quantitative", "y=r_k:quantitative"]},
+    ]}},
+    "series-trajectory": {"facet": {"facet": "metric"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+        {"mark": "rule", "encoding": ["x=checkpoint:nominal", "y=p25:quantitative", "y2=p75:-"]},
+        {"mark": "line", "encoding": ["x=checkpoint:nominal", "y=median:quantitative"]},
+    ]}},
+    "series-bias-decomposition": {"facet": {"facet": "panel"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+        {"mark": "line", "encoding": ["color=factor:nominal", "x=checkpoint:nominal", "y=value:quantitative"]},
+    ]}},
+}
+GOLDEN["depth-heatmap-rk"] = GOLDEN["depth-heatmap-rq"]
+GOLDEN["ab-plane-collage"] = GOLDEN["pca-collage"]
+GOLDEN["series-depth-heatmap-rq"] = GOLDEN["series-depth-heatmap-rk"]
+
+
+@pytest.mark.parametrize("name", SPEC_NAMES)
+def test_golden_structure(name, specs):
+    assert structure(specs[name]) == GOLDEN[name]
+
+
+# --------------------------------------------------------------------------- faithful to the seeds
+
+
+def test_q_blue_k_red(specs):
+    for name in ("pc-roles", "drift-bars", "series-position-signal"):
+        scales = [e["scale"] for e in encodings(specs[name], "color") if e.get("field") == "kind"]
+        assert scales and all(s["domain"] == ["Q", "K"] and s["range"] == [style.Q_COLOR, style.K_COLOR] for s in scales)
+    for name in ("pca-collage", "ab-plane-collage", "complement-collage"):
+        q = [e["scale"]["scheme"]["name"] for e in encodings(specs[name], "color")]
+        k = [e["scale"]["scheme"]["name"] for e in encodings(specs[name], "fill")]
+        assert set(q) == {"blues"} and set(k) == {"reds"}
+        titles = {e["title"] for e in encodings(specs[name], "color")} | {e["title"] for e in encodings(specs[name], "fill")}
+        assert titles == {"Q position", "K position"}
+
+
+def test_heatmaps_use_blues_and_reds_zero_to_one_with_annotations(specs):
+    for name, scheme in (("depth-heatmap-rq", "blues"), ("depth-heatmap-rk", "reds"),
+                         ("series-depth-heatmap-rq", "blues"), ("series-depth-heatmap-rk", "reds")):
+        color = [e for e in encodings(specs[name], "color") if "field" in e][0]
+        assert color["scale"]["scheme"] == scheme and color["scale"]["domain"] == [0.0, 1.0]
+        assert encodings(specs[name], "text"), "cells are annotated"
+
+
+def test_depth_heatmap_values_are_means_over_heads(con, specs):
+    heads = base_heads(con)
+    for name, col in (("depth-heatmap-rq", "r_q"), ("depth-heatmap-rk", "r_k")):
+        got = {(d["model"], d["depth_bin"]): d["value"] for d in only_rows(specs[name])}
+        assert {m for m, _ in got} == set(POOLED)
+        for (model, b), v in got.items():
+            want = np.mean([h[col] for h in heads if h["model"] == model and h["depth_bin"] == b])
+            assert v == pytest.approx(want, abs=1e-9)
+
+
+def test_rq_vs_rk_has_taxonomy_lines_and_family_colours(specs):
+    spec = specs["rq-vs-rk"]
+    calcs = [n["calculate"] for n in walk(spec) if "calculate" in n]
+    assert "[0.3, 0.7]" in calcs and "[-0.7, -0.3, 0.3, 0.7]" in calcs
+    fam = [e for e in encodings(spec, "color") if e.get("field") == "family"][0]["scale"]
+    assert fam["domain"] == ["FamA", "FamB", "SmolLM3"]
+    assert fam["range"][2] == style.FAMILY_COLORS["SmolLM3"]
+    assert len(only_rows(spec)) == len(POOLED) * LAYERS * 4
+
+
+def test_bias_strength_is_scaled_by_1e3_per_family(con, specs):
+    spec = specs["bias-strength"]
+    rows = only_rows(spec)
+    heads = base_heads(con, f"h.model in {tuple(POOLED)}")
+    assert sum(r["count"] for r in rows) == len(heads)
+    x = np.array([h["bias_strength"] for h in heads]) * 1e3
+    lo, hi = min(r["x0"] for r in rows), max(r["x1"] for r in rows)
+    assert lo <= 0 <= hi
+    assert lo == pytest.approx(min(0, np.quantile(x, 0.005)), rel=1e-9)
+    assert hi == pytest.approx(max(0, np.quantile(x, 0.995)), rel=1e-9)
+    for fam in ("FamA", "FamB", "SmolLM3"):
+        share = np.mean([h["bias_strength"] > 0 for h in heads if h["family"] == fam])
+        panel = {r["panel"] for r in rows if r["family"] == fam}
+        assert panel == {f"{fam} — {round(100 * share, 1)}% positive, n = {LAYERS * 4}"}
+    assert encodings(spec, "x")[-1] == {"datum": 0}  # the zero line
+
+
+def test_bias_vs_separation_titles_carry_within_family_r(con, specs):
+    spec = specs["bias-vs-separation"]
+    heads = base_heads(con, f"h.model in {tuple(POOLED)}")
+    view = dict(con.execute("select family, r from bias_separation where scope = 'family'").fetchall())
+    panels = {r["panel"] for r in only_rows(spec)}
+    for fam in ("FamA", "FamB", "SmolLM3"):
+        sub = [h for h in heads if h["family"] == fam]
+        r = np.corrcoef([h["bias_strength"] for h in sub], [h["separation_strength"] for h in sub])[0, 1]
+        assert r == pytest.approx(view[fam], abs=1e-9)  # the view agrees with numpy
+        assert f"{fam}: r = {style.fmt_r(r)} (n = {len(sub)})" in panels
+    overall = np.corrcoef([h["bias_strength"] for h in heads], [h["separation_strength"] for h in heads])[0, 1]
+    assert any(f"overall r = {style.fmt_r(overall)}" in t for t in title_texts(spec))
+
+
+def test_collages_show_the_seeds_random_42_heads(con, specs):
+    heads = [tuple(r) for r in con.execute("select layer, head from heads where model = 'sim-a-1b'").fetchall()]
+    want = random.Random(42).sample(sorted(heads), 4)
+    for name in ("pca-collage", "ab-plane-collage"):
+        spec = specs[name]
+        shown = [parse_head(p["title"]["text"].replace("L", "").replace(" H", ".")) for p in spec["concat"]]
+        assert shown == want
+        assert "sim-a-1b" in spec["title"]["text"]
+        rows = [r for rs in datasets(spec).values() for r in rs]
+        assert len(rows) == 4 * 2 * VECTORS  # every stored point of the four heads (300 q + 300 k)
+    # the collage heads are exactly the ones ingest stored complement scores for
+    stored = {tuple(r) for r in con.execute(
+        "select distinct layer, head from points where model = 'sim-a-1b' and c0 is not null").fetchall()}
+    assert stored == set(want)
+
+
+def test_collage_points_are_the_stored_projections(con, specs):
+    rows = [r for rs in datasets(specs["ab-plane-collage"]).values() for r in rs]
+    l, h = rows[0]["layer"], rows[0]["head"]
+    stored = con.execute(
+        "select kind, position, a, b from points where model = 'sim-a-1b' and layer = $l and head = $h", {"l": l, "h": h}
+    ).fetchall()
+    got = sorted((r["kind"], r["position"], r["x"], r["y"]) for r in rows if (r["layer"], r["head"]) == (l, h))
+    assert got == sorted(stored)
+
+
+def test_complement_collage_marks_active_pairs(con, specs):
+    spec = specs["complement-collage"]
+    heads = [tuple(r) for r in con.execute("select layer, head from heads where model = 'sim-a-1b'").fetchall()]
+    layer, head = random.Random(42).sample(sorted(heads), 4)[0]  # the seeds' first collage head
+    assert spec["title"]["text"].endswith(f"sim-a-1b L{layer} H{head}")
+    active = [p for (p,) in con.execute(
+        "select pair from complement where model = 'sim-a-1b' and layer = $l and head = $h and active order by pair",
+        {"l": layer, "h": head}).fetchall()]
+    titles = [p["title"]["text"] for p in spec["concat"]]
+    assert titles[0] == "pair 0" or titles[0] == "pair 0 · active"
+    assert [int(t.split()[1]) for t in titles if t.endswith("· active")] == active
+    assert active, "the planted RoPE rings show as active rotation planes"
+    for p in spec["concat"]:  # equal, symmetric axes: rings look round
+        x, y = (p["layer"][0]["encoding"][c]["scale"]["domain"] for c in ("x", "y"))
+        assert x == y and x[0] == -x[1] > -1e9
+
+
+def test_series_phase_colours_and_checkpoint_order(specs):
+    for name in ("series-position-signal", "series-taxonomy", "series-trajectory", "series-bias-decomposition"):
+        fill = [e for e in encodings(specs[name], "fill") if e.get("field") == "phase"][0]
+        assert fill["scale"]["domain"] == ["stage1", "lc-4k-to-32k"]
+        assert fill["scale"]["range"] == [style.PHASE_COLORS["stage1"], style.PHASE_COLORS["lc-4k-to-32k"]]
+        x = [e for e in encodings(specs[name], "x") if e.get("field") == "checkpoint"][0]
+        assert x["sort"] == ["stage1 40k", "stage1 2.4M", "lc-4k-to-32k 4k"]
+
+
+def test_series_trajectory_medians_and_iqr(con, specs):
+    rows = only_rows(specs["series-trajectory"])
+    for model, _ in SERIES:
+        v = np.abs([h["r_k_a"] for h in base_heads(con, f"h.model = '{model}'")])
+        got = next(r for r in rows if r["model"] == model and r["metric"].startswith("|r_k|"))
+        assert got["median"] == pytest.approx(np.median(v), abs=1e-12)
+        assert (got["p25"], got["p75"]) == pytest.approx((np.quantile(v, 0.25), np.quantile(v, 0.75)), abs=1e-12)
+
+
+def test_series_bias_decomposition_reports_the_long_context_change(con, specs):
+    spec = specs["series-bias-decomposition"]
+
+    def mean_bias(model):
+        return np.mean([h["bias_strength"] for h in base_heads(con, f"h.model = '{model}'")])
+
+    base, last = mean_bias(SERIES[1][0]), mean_bias(SERIES[2][0])
+    pct = 100 * (last - base) / abs(base)
+    assert pct < -50  # planted: alpha_k collapses in long-context training
+    panels = {r["panel"] for r in only_rows(spec)}
+    assert f"bias ×10³ = μ_Q^a · α_K: {pct:+.0f}% vs stage1 2.4M".replace("-", "−") in panels
+
+
+def test_models_option_restricts_and_facets(con):
+    spec = chart("pc-roles", con, models=["sim-a-1b", "sim-b-2b"]).to_dict()
+    assert spec["facet"]["field"] == "panel"
+    assert {r["panel"] for r in only_rows(spec)} == {"sim-a-1b", "sim-b-2b"}
+    heat = chart("depth-heatmap-rq", con, models="sim-b-2b").to_dict()
+    assert {r["model"] for r in only_rows(heat)} == {"sim-b-2b"}
+
+
+def test_head_option_picks_collage_heads(con):
+    spec = chart("pca-collage", con, models="sim-b-2b", head=["2.1", "l04h03"]).to_dict()
+    assert [p["title"]["text"] for p in spec["concat"]] == ["L2 H1", "L4 H3"]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_figures_the_data_cannot_support_say_what_to_ingest(bare_home, con):
+    bare = qkdb.api.connect(bare_home)
+    try:
+        for name in (n for n, f in registry.FIGURES.items() if f.scope == "series"):
+            with pytest.raises(ChartError, match=r"no training series is ingested; ingest the checkpoints"):
+                chart(name, bare)
+        assert chart("pc-roles", bare).to_dict()  # cross-model figures work with one model
+    finally:
+        bare.close()
+    with pytest.raises(ChartError, match=r"series 'nope' is not ingested \(ingested series: smollm3-3b\)"):
+        chart("series-trajectory", con, series="nope")
+    without = next(f"{l}.{h}" for l, h in con.execute(
+        "select distinct layer, head from points where model = 'sim-a-1b' and c0 is null order by 1, 2").fetchall())
+    with pytest.raises(ChartError, match=r"has no stored complement scores .*--collage-heads l\d\dh\d\d --force"):
+        chart("complement-collage", con, models="sim-a-1b", head=without)
+    with pytest.raises(ChartError, match=r"model\(s\) not ingested: llama3.2-3b"):
+        chart("rq-vs-rk", con, models="llama3.2-3b")
+    with pytest.raises(ChartError, match=r"cannot read head 'twelve'"):
+        chart("pca-collage", con, head="twelve")
+    with pytest.raises(ChartError, match=r"head\(s\) 40.1 of model 'sim-a-1b' are not ingested"):
+        chart("ab-plane-collage", con, models="sim-a-1b", head="40.1")
+    with pytest.raises(ChartError, match="shows one model"):
+        chart("pca-collage", con, models=["sim-a-1b", "sim-b-2b"])
+
+
+def test_empty_warehouse(tmp_path):
+    empty = qkdb.api.connect(tmp_path / "empty")
+    try:
+        for name in registry.FIGURES:
+            with pytest.raises(ChartError, match="no model is ingested|no training series"):
+                chart(name, empty)
+    finally:
+        empty.close()
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_every_figure_renders_to_png(con, specs, tmp_path):
+    for name, spec in specs.items():
+        data = render.render(spec, "png", scale=1)
+        w, h = png_size(data)
+        assert 250 <= w <= 4000 and 150 <= h <= 4000, (name, w, h)
+        assert len(data) > 5000, name
+
+
+def test_save_by_extension(con, tmp_path):
+    fig = chart("bias-vs-separation", con)
+    svg = render.save(fig, tmp_path / "f.svg").read_text()
+    assert svg.startswith("<svg") and "font-family=\"DejaVu Sans" in svg and "r = " in svg
+    assert render.save(fig, tmp_path / "f.pdf").read_bytes()[:5] == b"%PDF-"
+    spec = json.loads(render.save(fig, tmp_path / "f.json").read_text())
+    assert alt.FacetChart.from_dict(spec).to_dict() == spec
+    page = render.save(fig, tmp_path / "f.html").read_text()
+    assert "vegaEmbed" in page and not re.search(r"<script[^>]+src=", page) and "<link" not in page
+    with pytest.raises(ChartError, match=r"extension picks the format"):
+        render.save(fig, tmp_path / "f.gif")
+    with pytest.raises(ChartError, match=r"does not exist"):
+        render.save(fig, tmp_path / "missing" / "f.png")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_list(runner):
+    result = runner.invoke(app, ["chart", "--list"])
+    assert result.exit_code == 0
+    lines = result.stdout.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == SPEC_NAMES
+
+
+def test_cli_chart_writes_files_and_json(runner, chart_home, tmp_path):
+    out = tmp_path / "heat.png"
+    result = runner.invoke(app, ["chart", "depth-heatmap-rk", "-o", str(out), "--home", str(chart_home), "--scale", "1"])
+    assert result.exit_code == 0, result.output
+    assert png_size(out.read_bytes())[0] > 300
+    result = runner.invoke(app, ["chart", "ab-plane-collage", "--model", "sim-b-2b", "--head", "1.0", "--home", str(chart_home)])
+    assert result.exit_code == 0, result.output
+    spec = json.loads(result.stdout)
+    assert [p["title"]["text"] for p in spec["concat"]] == ["L1 H0"]
+    result = runner.invoke(app, ["chart", "series-trajectory", "--series", "smollm3-3b", "-o", str(tmp_path / "t.svg"),
+                                 "--home", str(chart_home)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "t.svg").read_text().startswith("<svg")
+
+
+def test_cli_errors_are_one_line(runner, bare_home):
+    result = runner.invoke(app, ["chart", "series-taxonomy", "--home", str(bare_home)])
+    assert result.exit_code == ChartError.exit_code
+    assert result.stdout == ""
+    assert result.stderr.strip().count("\n") == 0 and "no training series is ingested" in result.stderr
+    result = runner.invoke(app, ["chart", "nope", "--home", str(bare_home)])
+    assert result.exit_code == ChartError.exit_code and "qkdb chart --list" in result.stderr
