@@ -328,3 +328,14 @@ def best_on_grid(zq, tq, zk, tk, grid: np.ndarray, *, signed: bool) -> tuple[np.
     full = np.concatenate([grid, -grid]) if signed else grid
     j = np.argmax(R, axis=1)
     return full[j], R[np.arange(R.shape[0]), j]
+
+
+def head_arrays(Q, t_q, K, t_k) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One head's query and key vectors and positions as float64, checked for matching shapes."""
+    Q = np.asarray(Q, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    t_q = np.asarray(t_q, dtype=np.float64).reshape(-1)
+    t_k = np.asarray(t_k, dtype=np.float64).reshape(-1)
+    if Q.ndim != 2 or K.ndim != 2 or K.shape[1] != Q.shape[1] or len(t_q) != len(Q) or len(t_k) != len(K):
+        raise ValueError(f"shapes disagree: Q{Q.shape}, t_q({len(t_q)}), K{K.shape}, t_k({len(t_k)})")
+    return Q, t_q, K, t_k

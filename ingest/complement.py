@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qkdb.ingest.circular import best_on_grid, circular_linear_r, fit_frequency
+from qkdb.ingest.circular import best_on_grid, circular_linear_r, fit_frequency, head_arrays
 from qkdb.ingest.rotation import complement_basis
 
 MAX_PAIRS = 30  # the seeds' complement collage shows 30 pairs (5 × 6)
@@ -172,14 +172,8 @@ def complement_pairs(
         ``scores_fn(X)`` → (n, 2·pairs) complement SVD scores ``(X − μ) B V`` of any vectors X
         (the ``c0 … c59`` of the ``points`` table).
     """
-    Q = np.asarray(Q, dtype=np.float64)
-    K = np.asarray(K, dtype=np.float64)
-    t_q = np.asarray(t_q, dtype=np.float64).reshape(-1)
-    t_k = np.asarray(t_k, dtype=np.float64).reshape(-1)
-    n_q, d = Q.shape
-    n_k = K.shape[0]
-    if K.shape[1] != d or len(t_q) != n_q or len(t_k) != n_k:
-        raise ValueError(f"shapes disagree: Q{Q.shape}, t_q({len(t_q)}), K{K.shape}, t_k({len(t_k)})")
+    Q, t_q, K, t_k = head_arrays(Q, t_q, K, t_k)
+    (n_q, d), n_k = Q.shape, K.shape[0]
     n = n_q + n_k
     if mu is None or cov is None:
         X = np.concatenate([Q, K])

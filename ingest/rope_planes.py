@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from qkdb.errors import InputError
-from qkdb.ingest.circular import fit_frequency, phasors
+from qkdb.ingest.circular import fit_frequency, head_arrays, phasors
 from qkdb.ingest.complement import MAX_FIT, fit_subsample
 
 PAIRINGS = ("half", "interleaved")
@@ -174,14 +174,8 @@ def rope_planes(
     cov : ndarray of shape (d, d), optional
         Pooled population covariance (only its diagonal is used, for var_frac).
     """
-    Q = np.asarray(Q, dtype=np.float64)
-    K = np.asarray(K, dtype=np.float64)
-    t_q = np.asarray(t_q, dtype=np.float64).reshape(-1)
-    t_k = np.asarray(t_k, dtype=np.float64).reshape(-1)
-    n_q, d = Q.shape
-    n_k = K.shape[0]
-    if K.shape[1] != d or len(t_q) != n_q or len(t_k) != n_k:
-        raise ValueError(f"shapes disagree: Q{Q.shape}, t_q({len(t_q)}), K{K.shape}, t_k({len(t_k)})")
+    Q, t_q, K, t_k = head_arrays(Q, t_q, K, t_k)
+    (n_q, d), n_k = Q.shape, K.shape[0]
     re_idx, im_idx = plane_coordinates(d, pairing)
     J = d // 2
     # The two coordinates of every plane as strided views (no copies).

@@ -392,26 +392,27 @@ def _check_params(params: HeadParams) -> None:
             raise QkdbError(f"HeadParams.{f} has {size} values for {n_planes} ring planes")
 
 
-def key_vectors(
+def _kind_vectors(
     params: HeadParams,
     frame: Frame,
-    n_k: int,
+    n: int,
+    kind: str,
     *,
     max_position: int,
     n_examples: int,
     rng: np.random.Generator,
-    positions: str = "stratified",
+    positions: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(K, t_k, ex_k)`` of a key head in ``frame`` from the key-side fields of ``params``."""
-    _check_counts(n_k, "n_k")
-    t, ex = draw_positions(n_k, max_position, n_examples, rng, positions)
+    """``(X, t, ex)`` of one kind; ring radius, noise and jitter always come from the key side."""
+    _check_counts(n, f"n_{kind}")
+    t, ex = draw_positions(n, max_position, n_examples, rng, positions)
     P = frame.planes.size
-    K = _vectors(
+    X = _vectors(
         frame,
-        mu_a=params.mu_k_a,
-        mu_w=params.key_w,
-        alpha=params.alpha_k,
-        phases=_per_plane(params.phase_k, P, "phase_k"),
+        mu_a=params.mu_k_a if kind == "k" else params.mu_q_a,
+        mu_w=params.key_w if kind == "k" else params.query_w,
+        alpha=params.alpha_k if kind == "k" else params.alpha_q,
+        phases=_per_plane(params.phase_k if kind == "k" else params.phase_q, P, f"phase_{kind}"),
         radii=_per_plane(params.ring_radius, P, "ring_radius"),
         noise=params.noise,
         phase_jitter=params.phase_jitter,
@@ -419,37 +420,25 @@ def key_vectors(
         drift_center=(max_position - 1) / 2.0,
         rng=rng,
     )
-    return K, t, ex
+    return X, t, ex
+
+
+def key_vectors(
+    params: HeadParams, frame: Frame, n_k: int, *, max_position: int, n_examples: int,
+    rng: np.random.Generator, positions: str = "stratified",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(K, t_k, ex_k)`` of a key head in ``frame`` from the key-side fields of ``params``."""
+    return _kind_vectors(params, frame, n_k, "k", max_position=max_position, n_examples=n_examples,
+                         rng=rng, positions=positions)
 
 
 def query_vectors(
-    params: HeadParams,
-    frame: Frame,
-    n_q: int,
-    *,
-    max_position: int,
-    n_examples: int,
-    rng: np.random.Generator,
-    positions: str = "stratified",
+    params: HeadParams, frame: Frame, n_q: int, *, max_position: int, n_examples: int,
+    rng: np.random.Generator, positions: str = "stratified",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(Q, t_q, ex_q)`` of a query head in ``frame`` (ring radius, noise and jitter from the key side)."""
-    _check_counts(n_q, "n_q")
-    t, ex = draw_positions(n_q, max_position, n_examples, rng, positions)
-    P = frame.planes.size
-    Q = _vectors(
-        frame,
-        mu_a=params.mu_q_a,
-        mu_w=params.query_w,
-        alpha=params.alpha_q,
-        phases=_per_plane(params.phase_q, P, "phase_q"),
-        radii=_per_plane(params.ring_radius, P, "ring_radius"),
-        noise=params.noise,
-        phase_jitter=params.phase_jitter,
-        t=t,
-        drift_center=(max_position - 1) / 2.0,
-        rng=rng,
-    )
-    return Q, t, ex
+    return _kind_vectors(params, frame, n_q, "q", max_position=max_position, n_examples=n_examples,
+                         rng=rng, positions=positions)
 
 
 def simulate_head(
