@@ -214,7 +214,7 @@ def ingest(
         groups = plan_groups(discovery, spec.gqa_ratio, selection)
         planned = [(q.layer, q.head) for g in groups for q in g.queries]
         data_id, ignored = _files_fingerprint(groups), discovery.ignored
-        source = source or ("simulate" if metadata.get("source") == "simulate" else "path")
+        source = source or (metadata.get("source") if metadata.get("source") in ("simulate", "sniff") else "path")
         location, revision, commit = str(path.resolve()), None, None
     else:
         from qkdb.ingest import hub

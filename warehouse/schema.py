@@ -81,7 +81,7 @@ MODELS = Table(
         Column("series_order", i32, "Order of the checkpoint within its series."),
         Column("phase", s, "Training phase of the checkpoint (e.g. 'stage1', 'lc-4k-to-32k')."),
         Column("step", i64, "Training step of the checkpoint."),
-        Column("source", s, "Where the vectors came from: 'hub', 'path', 'sample' or 'simulate'."),
+        Column("source", s, "Where the vectors came from: 'hub', 'path', 'sniff' (a `qkdb sniff` folder), 'sample' (the bundled sample) or 'simulate'."),
         Column("location", s, "Dataset repo or local path ingested."),
         Column("revision", s, "Dataset branch/revision ingested, when from the Hub."),
         Column("n_heads", i32, "Query heads ingested."),
@@ -234,7 +234,7 @@ INGEST_RUNS = Table(
     (
         MODEL,
         Column("run_id", s, "Unique id of the run."),
-        Column("source", s, "'hub', 'path', 'sample' or 'simulate'."),
+        Column("source", s, "'hub', 'path', 'sniff', 'sample' or 'simulate'."),
         Column("location", s, "Dataset repo or local path."),
         Column("revision", s, "Branch or revision asked for (Hub)."),
         Column("commit", s, "Resolved commit sha (Hub)."),

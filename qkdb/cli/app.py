@@ -63,7 +63,7 @@ def _root(
 
 
 # Each command lives in its own module and adds itself to `app` on import.
-COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate", "findings", "shell", "hub", "chart")
+COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate", "findings", "shell", "hub", "chart", "sniff", "demo")
 
 
 def _register() -> None:

@@ -1,0 +1,142 @@
+"""``qkdb demo``: the whole main job offline, on real vectors, in one command.
+
+Ingests the bundled sample (SmolLM2-135M-Instruct, captured with ``qkdb sniff``) into a demo
+home of its own, prints the findings, writes the HTML report when the charts layer offers one,
+and tells the user what to try next. The demo home is ``--home`` or, by default, the platform's
+user data dir for ``qkdb-demo`` — never the user's own warehouse (``$QKDB_HOME`` is not read),
+so trying the demo cannot touch real data.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from qkdb.cli.app import app
+from qkdb.cli.common import err
+from qkdb.errors import ChartError
+
+
+
+def say(message: str) -> None:
+    """A message on stderr, never wrapped (the commands it suggests must stay copyable)."""
+    typer.echo(message, err=True)
+
+
+def demo_home_default() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("qkdb-demo", appauthor=False))
+
+
+@app.command("demo")
+def demo_command(
+    home: Annotated[Optional[Path], typer.Option("--home", help="Warehouse home for the demo (default: a 'qkdb-demo' folder in the platform's user data dir; $QKDB_HOME is not used).", show_default=False)] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", "-o", help="Where to write the HTML report (default: report.html in the demo home).", show_default=False)] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Worker processes for the ingest (default: cores).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Re-ingest the sample even if the demo home already has it.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Ingest the bundled real sample (SmolLM2-135M) offline, print the findings and write the report."""
+    from qkdb import api
+    from qkdb.cli.progress import ingest_progress
+    from qkdb.ingest.layout import read_metadata
+    from qkdb.ingest.sniff_sample import SAMPLE_MODEL, sample_path
+
+    t0 = time.perf_counter()
+    home = (home or demo_home_default()).expanduser().resolve()
+    with sample_path() as sample:
+        meta = read_metadata(sample)
+        cap = meta.get("capture", {})
+        say(
+            f"qkdb demo: {meta.get('hf_model', SAMPLE_MODEL)} — {cap.get('q_heads', '?')} of its "
+            f"{meta.get('n_layers', 0) * meta.get('n_q_heads', 0)} query heads, captured by `qkdb sniff` on the built-in pydoc corpus "
+            f"({cap.get('texts', {}).get('n_texts', '?')} texts of {cap.get('max_length', '?')} tokens)"
+        )
+        say(f"warehouse home: {home}")
+        with ingest_progress(quiet) as progress:
+            result = api.ingest(
+                path=sample, model=SAMPLE_MODEL, home=home, workers=workers, force=force, progress=progress,
+                source="sample",
+            )
+    if result.unchanged:
+        say(f"{SAMPLE_MODEL} is already in the demo home (use --force to ingest it again)")
+    else:
+        say(f"ingested {SAMPLE_MODEL}: {result.heads_done} heads in {result.seconds:.1f}s")
+
+    _print_findings(home)
+    written = None if no_report else _write_report(home, report or home / "report.html")
+    say(f"demo done in {time.perf_counter() - t0:.0f}s")
+    _next_steps(home, written)
+
+
+def _print_findings(home: Path) -> None:
+    """The findings table exactly as ``qkdb findings`` prints it (stdout), or a summary without that view."""
+    try:
+        from qkdb.cli.findings import findings as findings_command
+    except ImportError:
+        findings_command = None
+    say("")
+    if findings_command is not None:
+        from qkdb.cli.output import Format
+
+        say("The seeds' findings, measured on this sample (qkdb findings):")
+        findings_command(model=None, family=None, series=None, format=Format.table, output=None, home=home)
+        return
+    from qkdb.cli.output import Format, write_result
+    from qkdb.query import run_query
+
+    say("Headline metrics of this sample (this installation has no findings view):")
+    sql = (
+        "select count(*) as heads, avg((bias_strength > 0)::int) as share_positive_bias, "
+        "avg(abs(r_q_a)) as mean_abs_r_q_a, avg(abs(r_k_a)) as mean_abs_r_k_a from head_metrics"
+    )
+    with run_query(sql, home) as reader:
+        write_result(reader, Format.table)
+
+
+def _write_report(home: Path, path: Path) -> Path | None:
+    """Write the offline HTML report when the charts layer has one; None (with a note) otherwise."""
+    try:
+        from qkdb.charts.report import build_report
+    except ImportError:
+        say("(no report: this installation's charts layer has no report)")
+        return None
+    from qkdb import api
+
+    path = path.expanduser().resolve()
+    if not path.parent.is_dir():
+        raise ChartError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    con = api.connect(home, read_only=True)
+    try:
+        with err.status("writing the report"):
+            result = build_report(con, title="qkdb demo: SmolLM2-135M-Instruct (bundled sample)")
+    finally:
+        con.close()
+    path.write_text(result.html, encoding="utf-8")
+    say(f"report: {path} ({len(result.shown)} figures)")
+    return path
+
+
+def _next_steps(home: Path, report: Path | None) -> None:
+    h = shlex.quote(str(home))
+    lines = [
+        "",
+        "Try next:",
+        f"  qkdb findings --home {h}",
+        f"  qkdb query --home {h} \"select layer, head, bias_strength, r_q_a, r_k_a from head_metrics order by layer, head limit 10\"",
+        f"  qkdb chart bias-strength --home {h} -o bias.png",
+    ]
+    if report is not None:
+        lines.append(f"  {report.as_uri()}   # the report: open it in a browser (works offline)")
+    lines += [
+        f"  export QKDB_HOME={h}      # make the demo home the default",
+        "  pip install 'qkdb[sniff]' && qkdb sniff --model-path ./my-hf-model --out ./sniffed   # your own model",
+        "  qkdb ingest --model llama3.2-3b          # a model from the seeds, from the Hugging Face Hub",
+    ]
+    say("\n".join(lines))

@@ -1,0 +1,117 @@
+"""``qkdb sniff``: capture post-RoPE queries and keys of a local transformers model (extra ``sniff``)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from qkdb.cli.app import app
+from qkdb.cli.common import err, note
+
+
+class Positions(str, Enum):
+    log_uniform = "log-uniform"
+    uniform = "uniform"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+
+
+@app.command("sniff")
+def sniff_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder to write (sniffed-qk layout).")],
+    model_path: Annotated[Optional[Path], typer.Option("--model-path", help="A local Hugging Face model folder.", show_default=False)] = None,
+    gguf: Annotated[Optional[Path], typer.Option("--gguf", help="A GGUF model file (tokenizer read from it too).", show_default=False)] = None,
+    text: Annotated[str, typer.Option("--text", help="'pydoc' (built-in corpus), or a .txt/.md/.jsonl file or a folder of them.")] = "pydoc",
+    text_field: Annotated[str, typer.Option("--text-field", help="Field holding the text in .jsonl lines.")] = "text",
+    texts: Annotated[Optional[int], typer.Option("--texts", min=1, help="Use at most N texts (token windows); default all.", show_default=False)] = None,
+    max_length: Annotated[int, typer.Option("--max-length", min=2, help="Tokens per text window.")] = 2048,
+    no_pack: Annotated[bool, typer.Option("--no-pack", help="One text per document (truncated) instead of packing documents into full windows.")] = False,
+    q_heads: Annotated[int, typer.Option("--q-heads", min=1, help="Seeded sample of query heads across layers (all when the model has fewer).")] = 300,
+    vectors_per_head: Annotated[int, typer.Option("--vectors-per-head", min=1, help="Vectors kept per head file, spread evenly over the texts.")] = 4096,
+    positions: Annotated[Positions, typer.Option("--positions", help="Position sampling: equal draws per doubling bucket (log-uniform) or uniform.")] = Positions.log_uniform,
+    min_bucket_size: Annotated[int, typer.Option("--min-bucket-size", min=1, help="Width of the first position bucket [0, m).")] = 128,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the head and position samples.")] = 0,
+    pre_rope: Annotated[bool, typer.Option("--pre-rope", help="Store vectors before RoPE instead of after.")] = False,
+    dtype: Annotated[Dtype, typer.Option("--dtype", help="Stored vector type.")] = Dtype.float32,
+    tokens: Annotated[bool, typer.Option("--tokens", help="Also store each vector's token (token_str column).")] = False,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name recorded for ingest (default: from the file or folder name).", show_default=False)] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="Family recorded for ingest (default: the config's model_type).", show_default=False)] = None,
+    hf_model: Annotated[Optional[str], typer.Option("--hf-model", help="Upstream model id to record, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.", show_default=False)] = None,
+    model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="Revision of the weights to record.", show_default=False)] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="torch CPU threads (default: torch's choice).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a previous capture in --out.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Capture queries and keys of a causal LM (local folder or GGUF) into the sniffed-qk layout."""
+    from qkdb.ingest.sniff import SniffOptions, sniff
+
+    options = SniffOptions(
+        out=out, model_path=model_path, gguf=gguf, text=text, text_field=text_field, n_texts=texts,
+        max_length=max_length, pack=not no_pack, q_heads=q_heads, vectors_per_head=vectors_per_head,
+        positions=positions.value, min_bucket_size=min_bucket_size, seed=seed, pre_rope=pre_rope,
+        dtype=dtype.value, token_strings=tokens, model_name=model, family=family, hf_model=hf_model,
+        model_revision=model_revision, force=force, threads=threads,
+    )
+    options.check()  # fail on bad options before the slow imports
+    _quiet_transformers()
+    with _progress(quiet) as progress:
+        result = sniff(options, progress=progress)
+    meta = result.metadata
+    note(
+        f"sniffed {meta['model']}: {len(result.query_heads)} query heads and {len(result.key_heads)} key heads, "
+        f"{result.n_vectors} vectors from {result.n_texts} texts in {result.seconds:.0f}s into {result.out}"
+    )
+    note(f"next: qkdb ingest --path {result.out}")
+
+
+def _quiet_transformers() -> None:
+    # transformers' warnings (e.g. long token sequences while packing) are noise here
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except ImportError:
+        pass  # sniff() reports the missing extra
+
+
+class _progress:
+    """A rich progress display on stderr fed by sniff's progress events."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+        )
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        if self.quiet:
+            return lambda *a, **k: None
+        self.bar.__enter__()
+        return self.callback
+
+    def __exit__(self, *exc) -> None:
+        if not self.quiet:
+            self.bar.__exit__(*exc)
+
+    def callback(self, event: str, **info) -> None:
+        if event == "load":
+            self.bar.console.print(f"loading {info['what']}", markup=False, highlight=False)
+        elif event == "plan":
+            self.bar.console.print(
+                f"{info['texts']} texts, {info['query_heads']} query heads, {info['key_heads']} key heads",
+                markup=False, highlight=False,
+            )
+        elif event in ("text", "write"):
+            label = "forward passes" if event == "text" else "writing heads"
+            if event not in self.tasks:
+                self.tasks[event] = self.bar.add_task(label, total=info["total"])
+            self.bar.update(self.tasks[event], completed=info["done"])
