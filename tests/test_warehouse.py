@@ -245,3 +245,14 @@ def test_empty_dataset_and_stray_folders(tmp_path, home):
     (ds / "layer0-head1" / "data.parquet").write_bytes(b"x")
     res = qkdb.ingest(ds, "toy", workers=1, **FACTS)
     assert res.heads_done == 8 and res.notes == ["ignored folder layer0-head1"]
+
+
+def test_head_dim_differing_between_query_and_key_is_named(dataset, home):
+    from qkdb.ingest.layout import read_head
+
+    path = dataset / "l00h00k" / "data.parquet"
+    data = read_head(path)
+    _rewrite(path, data.vectors[:, :8], data.positions)
+    with pytest.raises(qkdb.QkdbError, match=r"l00h00q.*head_dim 16 differs from its key head's 8.*l00h00k"):
+        qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    assert not store.is_ingested(home, "toy")
