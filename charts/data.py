@@ -114,6 +114,17 @@ def ingested(con: duckdb.DuckDBPyConnection) -> list[ModelInfo]:
 INGEST_HINT = "ingest one first, e.g. `qkdb ingest --model llama3.2-3b` or `qkdb ingest --path DIR --model NAME`"
 
 
+def scoped_rows(con: duckdb.DuckDBPyConnection, sql: str, models=None) -> tuple[list[str], list[dict]]:
+    """The figure's models and the rows of a finding view: its ``overall`` scope, or those models' own rows.
+
+    ``sql`` has a ``{where}`` placeholder for the scope filter.
+    """
+    chosen = resolve_models(con, models)
+    if models:
+        return chosen, rows(con, sql.format(where="scope = 'model' and list_contains($models, model)"), {"models": chosen})
+    return chosen, rows(con, sql.format(where="scope = 'overall'"))
+
+
 def resolve_models(con: duckdb.DuckDBPyConnection, models=None) -> list[str]:
     """The models a cross-model figure shows, in display order.
 

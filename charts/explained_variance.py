@@ -9,7 +9,7 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
-from qkdb.charts.data import resolve_models, rows, values
+from qkdb.charts.data import scoped_rows, values
 from qkdb.charts.style import fmt_pct
 
 _SQL = """
@@ -28,11 +28,7 @@ BAR_COLOR = "#6a51a3"
 
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.Chart:
     """Bars of mean explained variance per PC (±1 sd) and the cumulative line."""
-    chosen = resolve_models(con, models)
-    if models:
-        data = rows(con, _SQL.format(where="scope = 'model' and list_contains($models, model)"), {"models": chosen})
-    else:
-        data = rows(con, _SQL.format(where="scope = 'overall'"))
+    chosen, data = scoped_rows(con, _SQL, models)
     order = [f"PC{p}" for p in sorted({d["pc"] for d in data})]
     x = alt.X("pc_label:N", sort=order, title="principal component", axis=alt.Axis(labelAngle=0))
     y_axis = alt.Axis(format="%")

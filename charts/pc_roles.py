@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
-from qkdb.charts.data import resolve_models, rows, values
+from qkdb.charts.data import scoped_rows, values
 from qkdb.charts.style import fmt_num, kind_scale
 
 _SQL = """
@@ -31,11 +31,7 @@ order by 1, 2, 4 desc
 
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.Chart:
     """Grouped bars of mean r_q and r_k per PC (±1 sd), overall or one panel per model."""
-    chosen = resolve_models(con, models)
-    if models:
-        data = rows(con, _SQL.format(where="scope = 'model' and list_contains($models, model)"), {"models": chosen})
-    else:
-        data = rows(con, _SQL.format(where="scope = 'overall'"))
+    chosen, data = scoped_rows(con, _SQL, models)
     pcs = sorted({d["pc"] for d in data})
     order = [f"PC{p}" for p in pcs]
     x = alt.X("pc_label:N", sort=order, title="principal component", axis=alt.Axis(labelAngle=0))
