@@ -90,8 +90,9 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
     Q, K = q.data.vectors, k.data.vectors
     # Centred projections on the first two canonical PCs: LDA accuracy and scatter points.
     V2 = pca.components[:2]
-    P_q = (Q - pca.mean) @ V2.T
-    P_k = (K - pca.mean) @ V2.T
+    shift = pca.mean @ V2.T  # project, then centre: no n × d centred copy
+    P_q = Q @ V2.T - shift
+    P_k = K @ V2.T - shift
     acc = lda_balanced_accuracy(P_q, P_k) if V2.shape[0] == 2 else np.nan
 
     t_all = np.concatenate([q.data.positions, k.data.positions])

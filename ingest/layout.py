@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qkdb.errors import InputError
+from qkdb.ingest.vector_pages import read_fixed_size_vectors
 
 HEAD_DIR = re.compile(r"^l(\d{2,3})h(\d{2,3})([qk])$")
 DATA_FILE = "data.parquet"
@@ -155,7 +156,9 @@ def read_head(path: str | os.PathLike) -> HeadData:
     """Read one ``data.parquet`` into float64 arrays, once, without Python loops over rows.
 
     Accepts FixedSizeList or list vectors of float16/32/64. Rows whose vector or position is
-    null or non-finite are dropped and counted in ``n_dropped``.
+    null or non-finite are dropped and counted in ``n_dropped``. A null-free FixedSizeList
+    float32/float64 column (what sniffers write) is read straight from its pages into float64
+    (:mod:`qkdb.ingest.vector_pages`); every other column goes through pyarrow's reader.
     """
     path = Path(path)
     try:
@@ -164,40 +167,59 @@ def read_head(path: str | os.PathLike) -> HeadData:
         missing = {"position", "vector"} - names
         if missing:
             raise InputError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-        cols = ["position", "vector"] + [c for c in ("example_id", "sliding_window") if c in names]
-        table = pf.read(columns=cols)
+        extra = [c for c in ("example_id", "sliding_window") if c in names]
+        fast = read_fixed_size_vectors(pf, path, "vector")
+        cols = ["position"] + extra if fast is not None else ["position", "vector"] + extra
+        table = pf.read(columns=cols, use_threads=fast is None)
     except InputError:
         raise
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: cannot read parquet ({exc})") from exc
 
-    vec = table.column("vector").combine_chunks()
     pos = table.column("position").combine_chunks()
     if not (pa.types.is_integer(pos.type) or pa.types.is_floating(pos.type)):
         raise InputError(f"{path}: column 'position' has type {pos.type}; expected integers")
-    n_rows = len(vec)
-    keep = pc.and_(pc.is_valid(vec), pc.is_valid(pos))
-    n_null = n_rows - pc.sum(keep).as_py() if n_rows else 0
-    if n_null:
-        table = table.filter(keep)
+    if fast is not None:
+        # The fast path guarantees no null vector; only positions can be null.
+        n_null = pos.null_count
+        vectors = fast
+        if n_null:
+            keep = pc.is_valid(pos)
+            vectors = vectors[keep.to_numpy(zero_copy_only=False)]
+            table = table.filter(keep)
+            pos = table.column("position").combine_chunks()
+    else:
         vec = table.column("vector").combine_chunks()
-        pos = table.column("position").combine_chunks()
-    values, d = _vector_values(vec, path)
-    n = len(vec)
-    if n and d == 0:
-        raise InputError(f"{path}: vectors are empty")
-    flat = values.to_numpy(zero_copy_only=False)
-    vectors = flat.reshape(n, d).astype(np.float64, copy=flat.dtype != np.float64)
+        n_rows = len(vec)
+        keep = pc.and_(pc.is_valid(vec), pc.is_valid(pos))
+        n_null = n_rows - pc.sum(keep).as_py() if n_rows else 0
+        if n_null:
+            table = table.filter(keep)
+            vec = table.column("vector").combine_chunks()
+            pos = table.column("position").combine_chunks()
+        values, d = _vector_values(vec, path)
+        n = len(vec)
+        if n and d == 0:
+            raise InputError(f"{path}: vectors are empty")
+        flat = values.to_numpy(zero_copy_only=False)
+        vectors = flat.reshape(n, d).astype(np.float64, copy=flat.dtype != np.float64)
+    n = len(vectors)
     positions = pos.to_numpy(zero_copy_only=False).astype(np.float64)
     example_id = None
     if "example_id" in table.column_names:
         ex = table.column("example_id").combine_chunks().fill_null(-1)
         example_id = ex.to_numpy(zero_copy_only=False).astype(np.int64)
-    finite = np.isfinite(vectors).all(axis=1) & np.isfinite(positions)
-    n_bad = int(n - finite.sum())
-    if n_bad:
-        vectors, positions = vectors[finite], positions[finite]
-        example_id = example_id[finite] if example_id is not None else None
+    n_bad = 0
+    # A finite column sum proves every entry finite (NaN and ±inf propagate; float32 values cannot
+    # overflow a float64 sum): the row-by-row test runs only when something is off.
+    with np.errstate(invalid="ignore", over="ignore"):
+        col_sums = vectors.sum(axis=0)
+    if not (np.isfinite(col_sums).all() and np.isfinite(positions).all()):
+        finite = np.isfinite(vectors).all(axis=1) & np.isfinite(positions)
+        n_bad = int(n - finite.sum())
+        if n_bad:
+            vectors, positions = vectors[finite], positions[finite]
+            example_id = example_id[finite] if example_id is not None else None
     sliding = None
     if "sliding_window" in table.column_names:
         sw = table.column("sliding_window").drop_null()

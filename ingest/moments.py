@@ -29,28 +29,47 @@ class Moments:
         return self.mean.shape[0]
 
 
+# Rows per block when accumulating the scatter matrix: a centred block (2048 × 128 float64 = 2 MiB)
+# stays in cache between the subtraction and the product, instead of an n × d centred copy.
+_BLOCK_ELEMENTS = 2048 * 128
+
+
 def moments(X: np.ndarray, t: np.ndarray) -> Moments:
     """Moments of one file's vectors and positions, in float64.
 
     Parameters
     ----------
     X : ndarray of shape (n, d)
+        Vectors; float32 input is widened block by block (the arithmetic is float64 either way).
     t : ndarray of shape (n,)
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = np.asarray(X)
+    if X.dtype != np.float32:
+        X = np.asarray(X, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
     if X.ndim != 2 or t.shape != (X.shape[0],):
         raise ValueError(f"X must be (n, d) and t (n,), got X{X.shape} and t{t.shape}")
-    n = X.shape[0]
+    n, d = X.shape
     if n == 0:
         raise ValueError("moments of an empty set of vectors")
-    mean = X.mean(axis=0)
-    Xc = X - mean
+    mean = X.mean(axis=0, dtype=np.float64)
     t_mean = float(t.mean())
     tc = t - t_mean
-    cov = Xc.T @ Xc
+    # Σ (x − μ)(x − μ)ᵀ over blocks of centred rows. np.dot of a matrix with its own transpose
+    # runs BLAS syrk (half the multiplications of a general product, and an exactly symmetric
+    # result); `@` would not.
+    cov = np.zeros((d, d))
+    cov_xt = np.zeros(d)
+    block = max(1, _BLOCK_ELEMENTS // max(d, 1))
+    buf = np.empty((min(block, n), d))
+    for start in range(0, n, block):
+        b = buf[: min(block, n - start)]
+        np.subtract(X[start : start + block], mean, out=b)
+        cov += np.dot(b.T, b)
+        cov_xt += tc[start : start + block] @ b
     cov /= n
-    return Moments(n, mean, t_mean, float(tc @ tc) / n, cov, (Xc.T @ tc) / n)
+    cov_xt /= n
+    return Moments(n, mean, t_mean, float(tc @ tc) / n, cov, cov_xt)
 
 
 def pool(a: Moments, b: Moments) -> Moments:
@@ -95,4 +114,20 @@ def proj_var(v: np.ndarray, m: Moments) -> np.ndarray:
     """Variance of ``X @ v`` for each column of ``v`` (or a scalar for a vector)."""
     if v.ndim == 1:
         return float(v @ m.cov @ v)
-    return np.einsum("ik,ij,jk->k", v, m.cov, v)
+    # diag(vᵀ C v) through one BLAS product (a three-operand einsum loops in C without BLAS).
+    return np.einsum("ik,ik->k", v, m.cov @ v)
+
+
+def top_eigenpairs(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest eigenvalues of the symmetric ``S`` (descending) and their unit eigenvectors.
+
+    Only the wanted pairs are computed (LAPACK's MRRR driver ``syevr`` on an index range): for
+    the 10 leading components of a 128 × 128 covariance that is a third less work than the full
+    decomposition; for one vector, two thirds less.
+    """
+    import scipy.linalg  # here, not at the top: the ingest's parent process never needs it
+
+    d = S.shape[0]
+    k = max(1, min(k, d))
+    w, U = scipy.linalg.eigh(S, subset_by_index=[d - k, d - 1], driver="evr")
+    return w[::-1], U[:, ::-1]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkdb.ingest.moments import Moments, corr_along, pool, proj_var
+from qkdb.ingest.moments import Moments, corr_along, pool, proj_var, top_eigenpairs
 
 SIGN_FALLBACK = 0.05  # below this |r_q| the sign of r_k anchors the component (seed 003)
 
@@ -46,10 +46,8 @@ def combined_pca(mq: Moments, mk: Moments, n_components: int = 10) -> PcaResult:
     if n_components < 1:
         raise ValueError(f"n_components must be >= 1, got {n_components}")
     m = pool(mq, mk)
-    evals, evecs = np.linalg.eigh(m.cov)
-    order = np.argsort(evals)[::-1][: min(n_components, m.d)]
-    lam = np.clip(evals[order], 0.0, None)
-    V = evecs[:, order]  # (d, k)
+    lam, V = top_eigenpairs(m.cov, min(n_components, m.d))  # λ descending, V (d, k)
+    lam = np.clip(lam, 0.0, None)
     total = float(np.trace(m.cov))
     floor = _var_floor(m.cov)
 

@@ -62,7 +62,7 @@ def sample_points(
         Draws the sample: the query indices first, then the key indices.
     complement_scores_fn : callable, optional
         ``X → (m, 2·pairs)`` complement scores (from :func:`~qkdb.ingest.complement.complement_pairs`);
-        fills ``c0 …`` (the rest NULL). None leaves every ``c`` NULL.
+        fills ``c0 …``; columns it does not fill are left out (stored as NULL). None leaves them all out.
     """
     Q = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
@@ -97,9 +97,9 @@ def sample_points(
         "b": raw(b),
     }
     scores = np.asarray(complement_scores_fn(X), dtype=np.float64) if complement_scores_fn is not None else None
-    for i in range(N_SCORES):
-        if scores is not None and i < scores.shape[1]:
+    # Absent score columns are left out, not NaN-filled: the table writer stores them as NULL,
+    # and a worker sends back a tenth of the bytes for the (many) non-collage heads.
+    if scores is not None:
+        for i in range(min(N_SCORES, scores.shape[1])):
             cols[f"c{i}"] = scores[:, i]
-        else:
-            cols[f"c{i}"] = np.full(m, np.nan)
     return cols

@@ -256,3 +256,17 @@ def test_head_dim_differing_between_query_and_key_is_named(dataset, home):
     with pytest.raises(qkdb.QkdbError, match=r"l00h00q.*head_dim 16 differs from its key head's 8.*l00h00k"):
         qkdb.ingest(dataset, "toy", workers=1, **FACTS)
     assert not store.is_ingested(home, "toy")
+
+
+def test_tables_are_written_in_large_row_groups(dataset, home, monkeypatch):
+    import pyarrow.parquet as pq
+
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    current = home / store.STORE / "toy" / "current"
+    for name in ("heads", "pca", "rotation", "points"):
+        assert pq.ParquetFile(current / name / "data.parquet").metadata.num_row_groups == 1, name
+    # past the threshold the buffer is flushed: several row groups, the same rows
+    monkeypatch.setattr(store.Staging, "ROW_GROUP_ROWS", 2048)
+    qkdb.ingest(dataset, "toy", workers=1, force=True, **FACTS)
+    points = pq.ParquetFile(current / "points" / "data.parquet")
+    assert points.metadata.num_row_groups == 4 and points.metadata.num_rows == 8 * 1024

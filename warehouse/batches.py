@@ -32,7 +32,8 @@ def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
             v = [v] * n
         if pa.types.is_floating(field.type):
             arr = np.asarray(v, dtype=np.float64)
-            arrays.append(pa.array(arr, type=field.type, from_pandas=True))  # NaN -> NULL
+            # NaN -> NULL with an explicit mask (from_pandas=True would import pandas).
+            arrays.append(pa.array(arr, type=field.type, mask=np.isnan(arr)))
         elif isinstance(v, np.ndarray) and v.dtype == object:
             arrays.append(pa.array(v.tolist(), type=field.type))
         else:

@@ -74,24 +74,44 @@ def acquire_model(home: Path, model: str, wait: float = 0.0) -> FileLock:
 
 
 class Staging:
-    """A model version being written: one streaming parquet writer per table."""
+    """A model version being written: one streaming parquet writer per table.
+
+    Rows arrive one head at a time; they are buffered per table and written as row groups of
+    about ``ROW_GROUP_ROWS`` rows. One tiny row group per head would make every later query pay
+    per-row-group overhead (measured: head_metrics over 21 models, 4 s instead of 50 ms).
+    """
+
+    ROW_GROUP_ROWS = 65_536
 
     def __init__(self, home: Path, model: str):
         self.home, self.model = home, model
         self.dir = home / STAGING / f"{model}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self.dir.mkdir(parents=True)
         self._writers: dict[str, pq.ParquetWriter] = {}
+        self._buffers: dict[str, list[pa.RecordBatch]] = {}
+        self._tables: dict[str, Table] = {}
         self.rows: dict[str, int] = {}
 
     def write(self, table: Table, batch: pa.RecordBatch | pa.Table) -> None:
-        if table.name not in self._writers:
-            (self.dir / table.name).mkdir()
-            self._writers[table.name] = pq.ParquetWriter(
-                self.dir / table.name / DATA, table.arrow_schema, compression="zstd"
+        name = table.name
+        if name not in self._writers:
+            (self.dir / name).mkdir()
+            self._writers[name] = pq.ParquetWriter(self.dir / name / DATA, table.arrow_schema, compression="zstd")
+            self._buffers[name], self._tables[name], self.rows[name] = [], table, 0
+        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        self._buffers[name].extend(batches)
+        self.rows[name] += batch.num_rows
+        if sum(b.num_rows for b in self._buffers[name]) >= self.ROW_GROUP_ROWS:
+            self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        buffered = self._buffers[name]
+        if buffered:
+            self._writers[name].write_table(
+                pa.Table.from_batches(buffered, schema=self._tables[name].arrow_schema),
+                row_group_size=max(self.ROW_GROUP_ROWS, sum(b.num_rows for b in buffered)),
             )
-            self.rows[table.name] = 0
-        self._writers[table.name].write(batch)
-        self.rows[table.name] += batch.num_rows
+            self._buffers[name] = []
 
     def close(self) -> None:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
@@ -99,6 +119,7 @@ class Staging:
             if table.versioned and table.name not in self._writers:
                 self.write(table, table.arrow_schema.empty_table())
         for name, w in self._writers.items():
+            self._flush(name)
             w.close()
             _fsync_file(self.dir / name / DATA)
             _fsync_dir(self.dir / name)
@@ -106,6 +127,7 @@ class Staging:
         _fsync_dir(self.dir)
 
     def discard(self) -> None:
+        self._buffers.clear()
         for w in self._writers.values():
             try:
                 w.close()
