@@ -16,6 +16,7 @@ complete one. Nothing is ever written inside a glob that queries read, except by
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 import uuid
@@ -32,10 +33,11 @@ STORE, STAGING, LOCKS = ".store", ".staging", ".locks"
 DATA = "data.parquet"
 
 
-def check_model_name(model: str) -> str:
-    import re
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", model or ""):
+
+def check_model_name(model: str) -> str:
+    if not _MODEL_NAME.fullmatch(model or ""):
         raise WarehouseError(
             f"model name {model!r} is not usable as a partition: use letters, digits and . _ + -"
         )
