@@ -113,15 +113,32 @@ def _init_worker() -> None:
     threadpool_limits(1)
 
 
+def _mp_context():
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # The fork server imports the ingest code once; every worker forked from it starts warm
+    # instead of importing numpy, scipy and pyarrow again (~1 s of CPU each). "__main__" too:
+    # otherwise each worker re-runs the main script's imports (for `qkdb`, the whole CLI).
+    ctx.set_forkserver_preload(["__main__", __name__, "scipy.linalg"])
+    return ctx
+
+
+def start_workers(workers: int) -> None:
+    """Start the worker processes' fork server now, without waiting for it.
+
+    Its imports (~0.5 s of CPU) then run on another core while the caller discovers files and
+    opens the warehouse, instead of delaying the first head. Does nothing for one worker or where
+    there is no fork server (the pool starts its processes when it is created).
+    """
+    if workers > 1 and _mp_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        # The fork server imports the ingest code once; every worker forked from it starts warm
-        # instead of importing numpy, scipy and pyarrow again (~1 s of CPU each).
-        ctx.set_forkserver_preload([__name__, "scipy.linalg"])
-    else:
-        ctx = mp.get_context("spawn")
-    return ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+    return ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_init_worker)
 
 
 def run_groups(

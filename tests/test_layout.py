@@ -120,3 +120,31 @@ def test_head_selection_syntax():
     assert HeadSelection.parse(None).matches(99, 99)
     with pytest.raises(InputError, match="cannot read 'x7'"):
         HeadSelection.parse("x7")
+
+
+def test_numpy_view_of_arrow_values_honours_offsets_and_nulls():
+    from qkdb.ingest.layout import _numpy
+
+    arr = pa.array(np.arange(10, dtype=np.int32)).slice(3, 4)  # a non-zero offset
+    np.testing.assert_array_equal(_numpy(arr), [3, 4, 5, 6])
+    f16 = pa.array(np.array([1.5, -2.0], dtype=np.float16))
+    assert _numpy(f16).dtype == np.float16 and list(_numpy(f16)) == [1.5, -2.0]
+    with_null = pa.array([1.0, None, 3.0])
+    np.testing.assert_array_equal(_numpy(with_null), [1.0, np.nan, 3.0])
+
+
+def test_reading_a_head_does_not_import_pandas(tmp_path):
+    # pyarrow's to_numpy / pa.array import pandas when it is installed: ~0.25 s in every worker.
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    write_head(tmp_path, 0, 0, "q", rng.normal(size=(64, 8)), np.arange(64), example_id=np.arange(64) % 3)
+    code = (
+        "import sys; from qkdb.ingest.layout import read_head; "
+        f"d = read_head({str(tmp_path / 'l00h00q' / 'data.parquet')!r}); "
+        "assert d.example_id is not None and len(d.positions) == 64; "
+        "print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,17 +7,23 @@ import pyarrow as pa
 
 from qkdb.warehouse.schema import Table
 
+_ARRAY_LIKE = (np.ndarray, list, tuple, pa.Array)
+
+
+def n_rows(columns: dict) -> int:
+    """Rows described by a column dict: the length of its first array-like value, else 1."""
+    for v in columns.values():
+        if isinstance(v, _ARRAY_LIKE):
+            return len(v)
+    return 1
+
 
 def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
     """One record batch of ``table`` from column values (scalars are broadcast, absent columns NULL).
 
     NaN in float columns becomes NULL: SPEC §4 metrics that are undefined are NULL, not NaN.
     """
-    n = 1
-    for v in columns.values():
-        if isinstance(v, (np.ndarray, list, tuple, pa.Array)):
-            n = len(v)
-            break
+    n = n_rows(columns)
     arrays = []
     schema = table.arrow_schema
     unknown = set(columns) - set(schema.names) - {"model"}
@@ -28,7 +34,7 @@ def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
             arrays.append(pa.nulls(n, field.type))
             continue
         v = columns[field.name]
-        if not isinstance(v, (np.ndarray, list, tuple, pa.Array)):
+        if not isinstance(v, _ARRAY_LIKE):
             v = [v] * n
         if pa.types.is_floating(field.type):
             arr = np.asarray(v, dtype=np.float64)
@@ -39,3 +45,46 @@ def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
         else:
             arrays.append(pa.array(v, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def merge_columns(table: Table, chunks: list[dict]) -> dict:
+    """Several column dicts of ``table`` (one per head) as one, row after row, for one :func:`to_batch`.
+
+    Converting once per row group instead of once per head and table keeps the ingest's parent
+    process, which also receives every result, off the workers' cores. Scalars are broadcast to
+    their chunk's length; a column absent from a chunk is NULL in its rows.
+    """
+    lengths = [n_rows(c) for c in chunks]
+    merged = {}
+    for field in table.arrow_schema:
+        name = field.name
+        if not any(name in c for c in chunks):
+            continue
+        values = [c.get(name) for c in chunks]
+        if all(n == 1 and not isinstance(v, _ARRAY_LIKE) for v, n in zip(values, lengths)):
+            merged[name] = values  # one row per chunk (heads, rotation): a plain list
+            continue
+        parts = []
+        for v, n in zip(values, lengths):
+            if isinstance(v, np.ndarray):
+                parts.append(v)
+            elif isinstance(v, _ARRAY_LIKE):  # list, tuple or Arrow values: one object per row
+                part = np.empty(len(v), dtype=object)
+                for i, x in enumerate(v.to_pylist() if isinstance(v, pa.Array) else v):
+                    part[i] = x
+                parts.append(part)
+            elif v is None and pa.types.is_floating(field.type):
+                parts.append(np.full(n, np.nan))  # NULL, without turning the column into objects
+            else:
+                parts.append(np.full(n, v, dtype=object if v is None or isinstance(v, str) else None))
+        merged[name] = np.concatenate(parts)
+    return merged
+
+
+def warm_up() -> None:
+    """Pay pyarrow's one-time costs of converting numpy data now (call while waiting anyway).
+
+    pyarrow imports pandas, when it is installed, on its first such conversion (~0.25 s): an
+    ingest does it while its workers start rather than when it publishes.
+    """
+    pa.array(np.zeros(1))

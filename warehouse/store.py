@@ -28,6 +28,7 @@ from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
 from qkdb.warehouse.schema import TABLES, Table
+from qkdb.warehouse.batches import merge_columns, n_rows, to_batch
 
 STORE, STAGING, LOCKS = ".store", ".staging", ".locks"
 DATA = "data.parquet"
@@ -90,30 +91,60 @@ class Staging:
         self.dir = home / STAGING / f"{model}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self.dir.mkdir(parents=True)
         self._writers: dict[str, pq.ParquetWriter] = {}
-        self._buffers: dict[str, list[pa.RecordBatch]] = {}
+        self._batches: dict[str, list[pa.RecordBatch]] = {}
+        self._columns: dict[str, list[dict]] = {}  # per-head column dicts not yet converted
+        self._pending: dict[str, int] = {}  # rows buffered in either form
         self._tables: dict[str, Table] = {}
         self.rows: dict[str, int] = {}
 
-    def write(self, table: Table, batch: pa.RecordBatch | pa.Table) -> None:
+    def _open(self, table: Table) -> str:
         name = table.name
         if name not in self._writers:
             (self.dir / name).mkdir()
             self._writers[name] = pq.ParquetWriter(self.dir / name / DATA, table.arrow_schema, compression="zstd")
-            self._buffers[name], self._tables[name], self.rows[name] = [], table, 0
-        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
-        self._buffers[name].extend(batches)
-        self.rows[name] += batch.num_rows
-        if sum(b.num_rows for b in self._buffers[name]) >= self.ROW_GROUP_ROWS:
+            self._batches[name], self._columns[name], self._tables[name] = [], [], table
+            self._pending[name] = self.rows[name] = 0
+        return name
+
+    def add(self, table: Table, columns: dict) -> None:
+        """Stage rows given as a column dict (scalars broadcast, absent columns NULL; see ``to_batch``)."""
+        unknown = set(columns) - set(table.arrow_schema.names) - {"model"}
+        if unknown:
+            raise KeyError(f"columns not in table {table.name}: {sorted(unknown)}")
+        name = self._open(table)
+        n = n_rows(columns)
+        self._columns[name].append(columns)
+        self._count(name, n)
+
+    def write(self, table: Table, batch: pa.RecordBatch | pa.Table) -> None:
+        """Stage rows given as Arrow data that already has the table's schema."""
+        name = self._open(table)
+        self._convert(name)  # keep rows in the order they were staged
+        self._batches[name].extend(batch.to_batches() if isinstance(batch, pa.Table) else [batch])
+        self._count(name, batch.num_rows)
+
+    def _count(self, name: str, n: int) -> None:
+        self.rows[name] += n
+        self._pending[name] += n
+        if self._pending[name] >= self.ROW_GROUP_ROWS:
             self._flush(name)
 
+    def _convert(self, name: str) -> None:
+        if self._columns[name]:
+            table = self._tables[name]
+            self._batches[name].append(to_batch(table, merge_columns(table, self._columns[name])))
+            self._columns[name] = []
+
     def _flush(self, name: str) -> None:
-        buffered = self._buffers[name]
+        self._convert(name)
+        buffered = self._batches[name]
         if buffered:
             self._writers[name].write_table(
                 pa.Table.from_batches(buffered, schema=self._tables[name].arrow_schema),
-                row_group_size=max(self.ROW_GROUP_ROWS, sum(b.num_rows for b in buffered)),
+                row_group_size=max(self.ROW_GROUP_ROWS, self._pending[name]),
             )
-            self._buffers[name] = []
+            self._batches[name] = []
+        self._pending[name] = 0
 
     def close(self) -> None:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
@@ -129,7 +160,8 @@ class Staging:
         _fsync_dir(self.dir)
 
     def discard(self) -> None:
-        self._buffers.clear()
+        self._batches.clear()
+        self._columns.clear()
         for w in self._writers.values():
             try:
                 w.close()
