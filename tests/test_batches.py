@@ -36,7 +36,7 @@ def test_array_rows_with_broadcast_scalars_strings_and_absent_columns():
     chunks = []
     for h, n in enumerate([3, 0, 5]):
         cols = {"layer": 1, "head": h, "pair": np.arange(n, dtype=np.int32), "var_frac": rng.random(n),
-                "omega": np.where(rng.random(n) < 0.3, np.nan, rng.random(n)), "active": rng.random(n) < 0.5}
+                "omega": np.where(rng.random(n) < 0.3, np.nan, rng.random(n)), "angle_r": [0.5, None, 0.1][:n] if h == 0 else 0.2, "active": rng.random(n) < 0.5}
         if h != 1:
             cols["ring"] = rng.random(n)  # absent from one head: NULL there
         chunks.append(cols)

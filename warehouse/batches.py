@@ -61,6 +61,17 @@ def merge_columns(table: Table, chunks: list[dict]) -> dict:
         if not any(name in c for c in chunks):
             continue
         values = [c.get(name) for c in chunks]
+        if pa.types.is_floating(field.type):
+            # One preallocated column, NaN (NULL) where a chunk has no value: e.g. the 60 complement
+            # scores of `points`, present only for the few collage heads.
+            out = np.full(sum(lengths), np.nan)
+            offset = 0
+            for v, n in zip(values, lengths):
+                if v is not None:
+                    out[offset:offset + n] = np.asarray(v.to_pylist() if isinstance(v, pa.Array) else v, dtype=np.float64)
+                offset += n
+            merged[name] = out
+            continue
         if all(n == 1 and not isinstance(v, _ARRAY_LIKE) for v, n in zip(values, lengths)):
             merged[name] = values  # one row per chunk (heads, rotation): a plain list
             continue
@@ -73,8 +84,6 @@ def merge_columns(table: Table, chunks: list[dict]) -> dict:
                 for i, x in enumerate(v.to_pylist() if isinstance(v, pa.Array) else v):
                     part[i] = x
                 parts.append(part)
-            elif v is None and pa.types.is_floating(field.type):
-                parts.append(np.full(n, np.nan))  # NULL, without turning the column into objects
             else:
                 parts.append(np.full(n, v, dtype=object if v is None or isinstance(v, str) else None))
         merged[name] = np.concatenate(parts)
