@@ -255,7 +255,7 @@ def ingest(
 
 def _ingest_groups(
     home: Path, spec: ModelSpec, options: IngestOptions, groups, *, source: str, location: str,
-    revision: str | None, commit: str | None, fingerprint: str, workers: int | None, wait: float,
+    revision: str | None, commit: str | None, fingerprint: str, workers: int, wait: float,
     progress: Progress | None, started: dt.datetime, t0: float, notes: list[str],
     planned: list[tuple[int, int]],
 ) -> IngestResult:
@@ -276,7 +276,7 @@ def _ingest_groups(
         warm_up()
         progress("start", model=spec.model, total=total)
         done, skipped, d = 0, [], None
-        for outcome in run_groups(groups, spec, options, collage, workers or default_workers()):
+        for outcome in run_groups(groups, spec, options, collage, workers):
             name = f"l{outcome.layer:02d}h{outcome.head:02d}"
             if outcome.error is not None:
                 if not options.skip_bad_heads:

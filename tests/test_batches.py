@@ -48,9 +48,8 @@ def test_array_rows_with_broadcast_scalars_strings_and_absent_columns():
 def test_list_valued_column_and_unknown_column():
     row = {"family": "Toy", "nope_layers": [[3, 7]], "n_heads": 8, "head_dim": 64}
     assert _merged(MODELS, [row]).column("nope_layers").to_pylist() == [[3, 7]]
-    staging_table = ROTATION
     with pytest.raises(KeyError, match="not_a_column"):
-        to_batch(staging_table, {"layer": 0, "not_a_column": 1})
+        to_batch(ROTATION, {"layer": 0, "not_a_column": 1})
 
 
 def test_staging_keeps_row_order_across_dicts_and_arrow_batches(tmp_path, monkeypatch):

@@ -18,17 +18,22 @@ def n_rows(columns: dict) -> int:
     return 1
 
 
+def check_columns(table: Table, columns: dict) -> None:
+    """Raise KeyError naming the columns that ``table`` does not have (``model`` is the partition)."""
+    unknown = set(columns) - set(table.arrow_schema.names) - {"model"}
+    if unknown:
+        raise KeyError(f"columns not in table {table.name}: {sorted(unknown)}")
+
+
 def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
     """One record batch of ``table`` from column values (scalars are broadcast, absent columns NULL).
 
     NaN in float columns becomes NULL: SPEC §4 metrics that are undefined are NULL, not NaN.
     """
+    check_columns(table, columns)
     n = n_rows(columns)
     arrays = []
     schema = table.arrow_schema
-    unknown = set(columns) - set(schema.names) - {"model"}
-    if unknown:
-        raise KeyError(f"columns not in table {table.name}: {sorted(unknown)}")
     for field in schema:
         if field.name not in columns:
             arrays.append(pa.nulls(n, field.type))

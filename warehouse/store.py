@@ -28,7 +28,7 @@ from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
 from qkdb.warehouse.schema import TABLES, Table
-from qkdb.warehouse.batches import merge_columns, n_rows, to_batch
+from qkdb.warehouse.batches import check_columns, merge_columns, n_rows, to_batch
 
 STORE, STAGING, LOCKS = ".store", ".staging", ".locks"
 DATA = "data.parquet"
@@ -108,9 +108,7 @@ class Staging:
 
     def add(self, table: Table, columns: dict) -> None:
         """Stage rows given as a column dict (scalars broadcast, absent columns NULL; see ``to_batch``)."""
-        unknown = set(columns) - set(table.arrow_schema.names) - {"model"}
-        if unknown:
-            raise KeyError(f"columns not in table {table.name}: {sorted(unknown)}")
+        check_columns(table, columns)  # now, not when the row group is converted
         name = self._open(table)
         n = n_rows(columns)
         self._columns[name].append(columns)
