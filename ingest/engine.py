@@ -14,7 +14,6 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-import multiprocessing as mp
 
 from threadpoolctl import threadpool_limits
 
@@ -24,6 +23,7 @@ from qkdb.ingest.layout import Discovery, HeadFile, head_dir_name, read_head
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
+from qkdb.ingest.workers import mp_context
 
 
 @dataclass(frozen=True)
@@ -113,32 +113,8 @@ def _init_worker() -> None:
     threadpool_limits(1)
 
 
-def _mp_context():
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    # The fork server imports the ingest code once; every worker forked from it starts warm
-    # instead of importing numpy, scipy and pyarrow again (~1 s of CPU each). "__main__" too:
-    # otherwise each worker re-runs the main script's imports (for `qkdb`, the whole CLI).
-    ctx.set_forkserver_preload(["__main__", __name__, "scipy.linalg"])
-    return ctx
-
-
-def start_workers(workers: int) -> None:
-    """Start the worker processes' fork server now, without waiting for it.
-
-    Its imports (~0.5 s of CPU) then run on another core while the caller discovers files and
-    opens the warehouse, instead of delaying the first head. Does nothing for one worker or where
-    there is no fork server (the pool starts its processes when it is created).
-    """
-    if workers > 1 and _mp_context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-
-
 def _pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_init_worker)
+    return ProcessPoolExecutor(workers, mp_context=mp_context(), initializer=_init_worker)
 
 
 def run_groups(

@@ -5,11 +5,39 @@
 >>> con.sql("from head_metrics limit 5")
 """
 
-from qkdb.api import IngestResult, connect, info, ingest, remove, version
+import importlib
+
 from qkdb.errors import QkdbError
 
 __all__ = ["IngestResult", "QkdbError", "chart", "connect", "info", "ingest", "remove", "version"]
-__version__ = version()
+
+# The API loads on first use: `import qkdb.<anything>` (the CLI's entry point, the ingest's worker
+# processes) must not pay for numpy, pyarrow and DuckDB before it needs them.
+_API = ("IngestResult", "connect", "info", "ingest", "remove", "version")
+
+# `qkdb.ingest` names both the ingest function and the (empty) package of the ingest's modules.
+# Importing a package binds it on its parent, so the package is imported here, once, and unbound:
+# `qkdb.ingest` is then always the function, whatever is imported later.
+importlib.import_module("qkdb.ingest")
+del globals()["ingest"]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from qkdb import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    if name == "__version__":
+        from qkdb.api import version
+
+        return version()
+    raise AttributeError(f"module 'qkdb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])
 
 
 def chart(name: str, con=None, **options):

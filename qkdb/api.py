@@ -21,11 +21,12 @@ import pyarrow.parquet as pq
 
 from qkdb.errors import InputError, RegistryError
 from qkdb.ingest import registry
-from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups, start_workers
+from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
 from qkdb.ingest.layout import discover, read_metadata
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
+from qkdb.ingest.workers import start_workers
 from qkdb.warehouse import store
 from qkdb.warehouse.batches import to_batch, warm_up
 from qkdb.warehouse.catalog import ensure_catalog, open_catalog

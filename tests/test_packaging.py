@@ -45,4 +45,4 @@ def test_wheel_holds_only_the_qkdb_package(tmp_path):
 
 def test_console_script_is_declared():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'qkdb = "qkdb.cli:main"' in text
+    assert 'qkdb = "qkdb.__main__:main"' in text

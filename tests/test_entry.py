@@ -1,0 +1,69 @@
+"""The CLI's entry point stays light, and starts the ingest's workers early only when they will run."""
+
+import subprocess
+import sys
+
+import pytest
+
+from qkdb.ingest.workers import wants_workers
+
+
+def _run(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_entry_point_imports_nothing_heavy():
+    # The fork server's imports overlap the CLI's only if reaching the entry point is cheap.
+    code = (
+        "import sys, qkdb.__main__, qkdb.ingest.workers\n"
+        "print(sorted(m for m in ('numpy', 'pyarrow', 'duckdb', 'typer', 'scipy') if m in sys.modules))"
+    )
+    assert _run(code) == "[]"
+
+
+def test_ingest_is_the_function_whatever_is_imported_first():
+    # `qkdb.ingest` is both the API function and the package of the ingest's modules.
+    code = (
+        "import qkdb.ingest.layout, qkdb.ingest.engine, qkdb\n"
+        "from qkdb import ingest\n"
+        "print(callable(qkdb.ingest), qkdb.ingest is ingest, qkdb.ingest.__module__)"
+    )
+    assert _run(code) == "True True qkdb.api"
+
+
+def test_lazy_api_attributes():
+    import qkdb
+
+    assert qkdb.__version__ == qkdb.version()
+    assert callable(qkdb.connect) and callable(qkdb.remove)
+    assert "connect" in dir(qkdb)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        qkdb.nope  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["ingest", "--model", "x"], True),
+        (["--debug", "ingest", "--path", "d", "--model", "x"], True),
+        (["ingest", "--model", "x", "--workers", "4"], True),
+        (["ingest", "--model", "x", "--workers", "1"], False),
+        (["ingest", "--model", "x", "--workers=1"], False),
+        (["ingest", "--model", "x", "-j", "1"], False),
+        (["ingest", "--model", "x", "-j1"], False),
+        (["ingest", "--help"], False),
+        (["ingest", "-h"], False),
+        (["query", "select 1"], False),
+        (["models"], False),
+        ([], False),
+    ],
+)
+def test_wants_workers(argv, expected, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert wants_workers(argv) is expected
+
+
+def test_wants_no_workers_on_one_core(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert wants_workers(["ingest", "--model", "x"]) is False
