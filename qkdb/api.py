@@ -28,7 +28,7 @@ from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
 from qkdb.ingest.workers import start_workers
 from qkdb.warehouse import store
-from qkdb.warehouse.batches import to_batch, warm_up
+from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.catalog import ensure_catalog, open_catalog
 from qkdb.warehouse.home import catalog_path, ensure_writable, resolve_home
 from qkdb.warehouse.schema import INGEST_RUNS, MODELS, TABLES
@@ -274,7 +274,6 @@ def _ingest_groups(
         store.cleanup_model(home, spec.model)
         ensure_catalog(home)
         staging = store.Staging(home, spec.model)
-        warm_up()
         progress("start", model=spec.model, total=total)
         done, skipped, d = 0, [], None
         for outcome in run_groups(groups, spec, options, collage, workers):

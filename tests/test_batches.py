@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from qkdb.warehouse import store
-from qkdb.warehouse.batches import merge_columns, to_batch
+from qkdb.warehouse.batches import arrow_array, merge_columns, to_batch
 from qkdb.warehouse.schema import COMPLEMENT, HEADS, MODELS, POINTS, ROTATION
 
 
@@ -68,3 +70,63 @@ def test_staging_keeps_row_order_across_dicts_and_arrow_batches(tmp_path, monkey
     assert f.read().column("head").to_pylist() == list(range(7))
     assert staging.rows["rotation"] == 7 and f.metadata.num_row_groups == 2  # 4 rows, then the rest
     staging.discard()
+
+
+_CASES = [
+    (pa.float64(), [0.5, None, float("nan"), -1e300]),
+    (pa.float64(), np.array([1.0, np.nan, 3.0])),
+    (pa.float64(), np.arange(4, dtype=np.int32)),
+    (pa.int32(), [1, None, -7]),
+    (pa.int32(), np.array([4, 5], dtype=np.int64)),
+    (pa.int64(), [2**40, 0]),
+    (pa.int64(), np.array([None, 3], dtype=object)),
+    (pa.bool_(), [True, None, False, True, True, False, False, True, True]),
+    (pa.bool_(), np.array([False, True])),
+    (pa.string(), ["q", None, "k", "", "é∂"]),
+    (pa.string(), np.array(["eig", None], dtype=object)),
+    (pa.timestamp("us", tz="UTC"), [dt.datetime(2026, 11, 21, 9, 30, 1, 250, tzinfo=dt.timezone.utc), None,
+                                     dt.datetime(1999, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=-5)))]),
+    (pa.list_(pa.int32()), [[3, 7], None, [], np.array([1, 2])]),
+    (pa.int32(), []),
+    (pa.string(), []),
+]
+
+
+@pytest.mark.parametrize(("type", "values"), _CASES, ids=lambda v: str(v)[:30])
+def test_arrow_array_equals_pyarrow(type, values):
+    # pa.array is the reference (NaN is NULL in float columns, as to_batch promises).
+    ref_values = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if pa.types.is_floating(type):
+        ref_values = [None if v is None or v != v else v for v in ref_values]
+    if pa.types.is_list(type):
+        ref_values = [None if v is None else list(v) for v in ref_values]
+    got = arrow_array(values, type)
+    assert got.type == type
+    assert got.equals(pa.array(ref_values, type=type)), (got, ref_values)
+
+
+def test_arrow_array_leaves_wrong_kinds_to_pyarrow():
+    # Floats in an int column, numbers in a string column: whatever pyarrow does, not a guess.
+    assert arrow_array([1.5, 2.0], pa.int32()).equals(pa.array([1.5, 2.0], pa.int32()))
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError)):
+        arrow_array([1, "a"], pa.string())
+
+
+def test_ingest_parent_never_imports_pandas(tmp_path):
+    # pyarrow imports pandas on its first pa.array (~0.5 s of CPU): the parent builds from buffers.
+    import subprocess
+    import sys
+
+    from qkdb.ingest.simulate import simulate
+
+    data, home = simulate(tmp_path / "data", layers=2, q_heads=2, kv_heads=1, head_dim=16, vectors=300), tmp_path / "home"
+    code = (
+        "import sys\n"
+        "from qkdb import api\n"
+        f"api.ingest({str(data)!r}, model='toy', home={str(home)!r}, workers=1, points=16)\n"
+        f"api.ingest({str(data)!r}, model='toy', home={str(home)!r}, workers=1, points=16)  # unchanged\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pyarrow as pa
 
@@ -41,14 +43,7 @@ def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
         v = columns[field.name]
         if not isinstance(v, _ARRAY_LIKE):
             v = [v] * n
-        if pa.types.is_floating(field.type):
-            arr = np.asarray(v, dtype=np.float64)
-            # NaN -> NULL with an explicit mask (from_pandas=True would import pandas).
-            arrays.append(pa.array(arr, type=field.type, mask=np.isnan(arr)))
-        elif isinstance(v, np.ndarray) and v.dtype == object:
-            arrays.append(pa.array(v.tolist(), type=field.type))
-        else:
-            arrays.append(pa.array(v, type=field.type))
+        arrays.append(arrow_array(v, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -95,10 +90,77 @@ def merge_columns(table: Table, chunks: list[dict]) -> dict:
     return merged
 
 
-def warm_up() -> None:
-    """Pay pyarrow's one-time costs of converting numpy data now (call while waiting anyway).
+_NUMPY_TYPES = {pa.float64(): np.float64, pa.float32(): np.float32, pa.int64(): np.int64, pa.int32(): np.int32}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MICROSECOND = dt.timedelta(microseconds=1)
 
-    pyarrow imports pandas, when it is installed, on its first such conversion (~0.25 s): an
-    ingest does it while its workers start rather than when it publishes.
+
+def arrow_array(values, type: pa.DataType) -> pa.Array:
+    """``values`` (a numpy array or a sequence) as an Arrow array of ``type``, built from buffers.
+
+    None is NULL; so is NaN in float columns (SPEC §4: undefined metrics are NULL, not NaN).
+    Handles the warehouse's column types — float, int, bool, string, ``timestamp[us, tz]`` and
+    lists of ints — and hands anything else to ``pa.array``. Why not ``pa.array`` throughout: it
+    probes for pandas on every call and imports it on the first (~0.5 s of CPU), which an ingest's
+    parent process would take from its workers.
     """
-    pa.array(np.zeros(1))
+    if isinstance(values, pa.Array):
+        return values if values.type == type else values.cast(type)
+    n = len(values)
+    if pa.types.is_floating(type):
+        # np.asarray turns None into NaN for a float dtype: both become NULL.
+        data = np.ascontiguousarray(values, dtype=_NUMPY_TYPES[type])
+        return pa.Array.from_buffers(type, n, [_validity(~np.isnan(data)), pa.py_buffer(data)])
+    if pa.types.is_integer(type) and type in _NUMPY_TYPES and _integral(values):
+        data, valid = _filled(values, _NUMPY_TYPES[type])
+        return pa.Array.from_buffers(type, n, [_validity(valid), pa.py_buffer(data)])
+    if pa.types.is_boolean(type):
+        data, valid = _filled(values, np.bool_)
+        return pa.Array.from_buffers(type, n, [_validity(valid), pa.py_buffer(np.packbits(data, bitorder="little"))])
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if pa.types.is_string(type) and all(x is None or isinstance(x, str) for x in items):
+        valid = np.array([x is not None for x in items], dtype=bool)
+        encoded = [x.encode() if x is not None else b"" for x in items]
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        return pa.Array.from_buffers(
+            type, n, [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+        )
+    if (pa.types.is_timestamp(type) and type.unit == "us" and type.tz is not None
+            and all(x is None or isinstance(x, dt.datetime) for x in items)):
+        micros = [None if x is None else _micros(x) for x in items]
+        return arrow_array(micros, pa.int64()).view(type)
+    if pa.types.is_list(type) and type.value_type in _NUMPY_TYPES and pa.types.is_integer(type.value_type):
+        valid = np.array([x is not None for x in items], dtype=bool)
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum([0 if x is None else len(x) for x in items], out=offsets[1:])
+        child = arrow_array([v for x in items if x is not None for v in x], type.value_type)
+        return pa.Array.from_buffers(type, n, [_validity(valid), pa.py_buffer(offsets)], children=[child])
+    # Anything else, and values of the wrong kind (pyarrow raises the proper error for those).
+    return pa.array(items, type=type)
+
+
+def _integral(values) -> bool:
+    """Whether ``values`` holds integers (or None) only: floats go to ``pa.array``, which checks them."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return values.dtype.kind in "iu"
+    return all(x is None or (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) for x in values)
+
+
+def _filled(values, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Values as a contiguous ``dtype`` array with NULLs (None) as zeros, and the validity mask."""
+    arr = values if isinstance(values, np.ndarray) else np.asarray(values)
+    if arr.dtype != object:
+        return np.ascontiguousarray(arr, dtype=dtype), np.ones(len(arr), dtype=bool)
+    valid = np.array([x is not None for x in arr], dtype=bool)
+    return np.array([x if x is not None else 0 for x in arr], dtype=dtype), valid
+
+
+def _validity(valid: np.ndarray):
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _micros(x: dt.datetime) -> int:
+    if x.tzinfo is None:
+        x = x.replace(tzinfo=dt.timezone.utc)  # as pyarrow reads a naive datetime: UTC wall time
+    return (x - _EPOCH) // _MICROSECOND

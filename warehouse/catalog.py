@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
@@ -63,7 +64,8 @@ def _write_schema_files(home: Path) -> None:
         folder = home / SCHEMA_DIR / table.name / "model=_"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".schema.{uuid.uuid4().hex[:8]}.tmp"
-        pq.write_table(table.arrow_schema.empty_table(), tmp)
+        # (Schema.empty_table would import pandas, through pyarrow's probe for it.)
+        pq.write_table(pa.Table.from_batches([], schema=table.arrow_schema), tmp)
         os.replace(tmp, folder / "schema.parquet")
 
 
