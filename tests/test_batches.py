@@ -125,6 +125,7 @@ def test_ingest_parent_never_imports_pandas(tmp_path):
         "from qkdb import api\n"
         f"api.ingest({str(data)!r}, model='toy', home={str(home)!r}, workers=1, points=16)\n"
         f"api.ingest({str(data)!r}, model='toy', home={str(home)!r}, workers=1, points=16)  # unchanged\n"
+        f"api.ingest({str(data)!r}, model='toy', home={str(home)!r}, workers=1, points=0, complement=False, force=True)\n"
         "print('pandas' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -148,7 +148,8 @@ class Staging:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
         for table in TABLES.values():
             if table.versioned and table.name not in self._writers:
-                self.write(table, table.arrow_schema.empty_table())
+                # (Schema.empty_table would import pandas, through pyarrow's probe for it.)
+                self.write(table, pa.Table.from_batches([], schema=table.arrow_schema))
         for name, w in self._writers.items():
             self._flush(name)
             w.close()
