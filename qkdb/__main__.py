@@ -9,8 +9,12 @@ def main() -> None:
     if wants_workers(sys.argv[1:]):
         # The workers' fork server imports numpy, pyarrow and scipy (~0.7 s) on another core
         # while this process imports the CLI (~0.7 s): started here, an ingest's first head comes
-        # that much sooner. The ingest itself starts it anyway (idempotent).
-        start_workers(2)
+        # that much sooner. The ingest starts it anyway (idempotent): a failure here is left for it
+        # to meet.
+        try:
+            start_workers(2)
+        except (OSError, ValueError):
+            pass
     from qkdb.cli import main as cli_main
 
     cli_main()

@@ -113,7 +113,7 @@ def test_arrow_array_leaves_wrong_kinds_to_pyarrow():
 
 
 def test_ingest_parent_never_imports_pandas(tmp_path):
-    # pyarrow imports pandas on its first pa.array (~0.5 s of CPU): the parent builds from buffers.
+    # pyarrow imports pandas on its first pa.array (~0.2 s of CPU): the parent builds from buffers.
     import subprocess
     import sys
 

@@ -67,3 +67,24 @@ def test_wants_workers(argv, expected, monkeypatch):
 def test_wants_no_workers_on_one_core(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert wants_workers(["ingest", "--model", "x"]) is False
+
+
+@pytest.mark.parametrize("entry", ["module", "script"])
+def test_cli_ingest_with_workers_end_to_end(tmp_path, entry):
+    # The early fork server, the light entry point and the lazy API together, in real processes:
+    # `python -m qkdb` (main module by name) and the console script (main module by path).
+    from pathlib import Path
+
+    from qkdb.api import connect
+    from qkdb.ingest.simulate import simulate
+
+    data = simulate(tmp_path / "data", layers=2, q_heads=4, kv_heads=2, head_dim=16, vectors=400)
+    script = Path(sys.executable).with_name("qkdb")
+    assert script.exists(), "the console script is installed with the package"
+    cmd = [sys.executable, "-m", "qkdb"] if entry == "module" else [str(script)]
+    home = tmp_path / "home"
+    out = subprocess.run([*cmd, "ingest", "--path", str(data), "--model", "toy", "--home", str(home), "-q",
+                          "--workers", "2", "--points", "0"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    con = connect(home)
+    assert con.execute("select count(*) from heads where model = 'toy'").fetchone() == (8,)

@@ -101,7 +101,7 @@ def arrow_array(values, type: pa.DataType) -> pa.Array:
     None is NULL; so is NaN in float columns (SPEC §4: undefined metrics are NULL, not NaN).
     Handles the warehouse's column types — float, int, bool, string, ``timestamp[us, tz]`` and
     lists of ints — and hands anything else to ``pa.array``. Why not ``pa.array`` throughout: it
-    probes for pandas on every call and imports it on the first (~0.5 s of CPU), which an ingest's
+    probes for pandas on every call and imports it on the first (~0.2 s of CPU), which an ingest's
     parent process would take from its workers.
     """
     if isinstance(values, pa.Array):
