@@ -223,6 +223,14 @@ def qkdb_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "qkdb", *args]
 
 
+def default_data_path(shape: dict) -> Path:
+    """Where the simulated model of ``shape`` is cached between runs (the user cache dir)."""
+    from platformdirs import user_cache_path
+
+    tag = "x".join(str(shape[k]) for k in ("layers", "q_heads", "kv_heads", "head_dim", "vectors"))
+    return user_cache_path("qkdb") / "bench" / f"sim-{tag}-s{shape['sample_heads'] or 'all'}"
+
+
 def dataset(root: Path, shape: dict) -> Path:
     """The simulated model, generated once (into a temporary sibling, then renamed)."""
     if (root / "qkdb_dataset.json").exists() and (root / ".complete").exists():
@@ -388,10 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     n_models = min(args.models, 3) if args.quick else args.models
     W = max(1, args.workers)
     if args.data is None:
-        from platformdirs import user_cache_path
-
-        tag = "x".join(str(shape[k]) for k in ("layers", "q_heads", "kv_heads", "head_dim", "vectors"))
-        args.data = user_cache_path("qkdb") / "bench" / f"sim-{tag}-s{shape['sample_heads'] or 'all'}"
+        args.data = default_data_path(shape)
     args.data.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     data = dataset(args.data, shape)

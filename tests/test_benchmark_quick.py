@@ -26,3 +26,15 @@ def test_quick_benchmark_runs(tmp_path):
                  "select * from head_metrics", "one row group per table"):
         assert text in out.stdout, text
     assert (tmp_path / "r.json").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_quick_decode_comparison_runs(tmp_path):
+    # Every decode path runs, and the script's own check (each returns pyarrow's values) passes.
+    script = SCRIPT.with_name("decode.py")
+    out = subprocess.run([sys.executable, str(script), "--quick", "--data", str(tmp_path / "data")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for text in ("pyarrow read (position, vector), 1 thread", "duckdb read_parquet", "qkdb page reader",
+                 "qkdb read_head", "decompression only"):
+        assert text in out.stdout, text
