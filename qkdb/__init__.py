@@ -6,8 +6,12 @@
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from qkdb.errors import QkdbError
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time __getattr__ loads them
+    from qkdb.api import IngestResult, connect, info, ingest, remove, version  # noqa: F401
 
 __all__ = ["IngestResult", "QkdbError", "chart", "connect", "info", "ingest", "remove", "version"]
 
