@@ -108,6 +108,8 @@ def test_arrow_array_equals_pyarrow(type, values):
 def test_arrow_array_leaves_wrong_kinds_to_pyarrow():
     # Floats in an int column, numbers in a string column: whatever pyarrow does, not a guess.
     assert arrow_array([1.5, 2.0], pa.int32()).equals(pa.array([1.5, 2.0], pa.int32()))
+    floats = np.array([0.0, 1.0, np.nan])
+    assert arrow_array(floats, pa.bool_()).equals(pa.array(floats, pa.bool_()))
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError)):
         arrow_array([1, "a"], pa.string())
 

@@ -111,10 +111,10 @@ def arrow_array(values, arrow_type: pa.DataType) -> pa.Array:
         # np.asarray turns None into NaN for a float dtype: both become NULL.
         data = np.ascontiguousarray(values, dtype=_NUMPY_TYPES[arrow_type])
         return pa.Array.from_buffers(arrow_type, n, [_validity(~np.isnan(data)), pa.py_buffer(data)])
-    if pa.types.is_integer(arrow_type) and arrow_type in _NUMPY_TYPES and _integral(values):
+    if pa.types.is_integer(arrow_type) and arrow_type in _NUMPY_TYPES and _only(values, "iu", (int, np.integer)):
         data, valid = _filled(values, _NUMPY_TYPES[arrow_type])
         return pa.Array.from_buffers(arrow_type, n, [_validity(valid), pa.py_buffer(data)])
-    if pa.types.is_boolean(arrow_type):
+    if pa.types.is_boolean(arrow_type) and _only(values, "b", (bool, np.bool_)):
         data, valid = _filled(values, np.bool_)
         return pa.Array.from_buffers(arrow_type, n, [_validity(valid), pa.py_buffer(np.packbits(data, bitorder="little"))])
     items = values.tolist() if isinstance(values, np.ndarray) else list(values)
@@ -142,15 +142,22 @@ def arrow_array(values, arrow_type: pa.DataType) -> pa.Array:
         np.cumsum([0 if x is None else len(x) for x in items], out=offsets[1:])
         child = arrow_array([v for x in items if x is not None for v in x], arrow_type.value_type)
         return pa.Array.from_buffers(arrow_type, n, [_validity(valid), pa.py_buffer(offsets)], children=[child])
-    # Anything else, and values of the wrong kind (pyarrow raises the proper error for those).
-    return pa.array(items, type=arrow_type)
+    # Anything else, and values of the wrong kind (pyarrow raises the proper error for those, or
+    # converts them as it always has).
+    plain = isinstance(values, np.ndarray) and values.dtype != object
+    return pa.array(values if plain else items, type=arrow_type)
 
 
-def _integral(values) -> bool:
-    """Whether ``values`` holds integers (or None) only: floats go to ``pa.array``, which checks them."""
+def _only(values, dtype_kinds: str, py_types: tuple) -> bool:
+    """Whether ``values`` holds only values of these kinds (or None); others go to ``pa.array``.
+
+    ``dtype_kinds`` are numpy kind codes for arrays ("iu": integers, "b": booleans); ``py_types``
+    the Python types allowed in sequences and object arrays (a bool is not taken for an int).
+    """
     if isinstance(values, np.ndarray) and values.dtype != object:
-        return values.dtype.kind in "iu"
-    return all(x is None or (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) for x in values)
+        return values.dtype.kind in dtype_kinds
+    bool_ok = bool in py_types
+    return all(x is None or (isinstance(x, py_types) and (bool_ok or not isinstance(x, bool))) for x in values)
 
 
 def _filled(values, dtype) -> tuple[np.ndarray, np.ndarray]:
