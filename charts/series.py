@@ -82,5 +82,12 @@ class Series:
             .encode(x=self.x(), fill=self.phase_fill())
         )
 
+    def panel(self, base: alt.Chart, *layers: alt.Chart, title: str, subtitle: str) -> alt.LayerChart:
+        """``layers`` over the phase shading, at the size every single-panel series figure uses."""
+        return alt.layer(self.shading(base), *layers).properties(
+            width=max(360, 48 * len(self.order)), height=260,
+            title=alt.TitleParams(title, subtitle=[subtitle]),
+        )
+
     def subtitle(self) -> str:
         return f"series {self.name}: {len(self.checkpoints)} checkpoints ({', '.join(self.phases)})"

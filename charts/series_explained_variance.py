@@ -42,10 +42,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         tooltip=["checkpoint:N", "model:N", "pc_label:N", alt.Tooltip("mean:Q", format=".1%"),
                  alt.Tooltip("sd:Q", format=".1%"), alt.Tooltip("n_heads:Q", title="heads")],
     )
-    return alt.layer(s.shading(base), bars, line).properties(
-        width=max(360, 48 * len(s.order)), height=260,
-        title=alt.TitleParams(
-            "Explained variance over training",
-            subtitle=[f"Combined Q/K PCA (seed 003 figure 09), {s.subtitle()}; means over heads, bars ±1 sd."],
-        ),
+    return s.panel(
+        base, bars, line,
+        title="Explained variance over training",
+        subtitle=f"Combined Q/K PCA (seed 003 figure 09), {s.subtitle()}; means over heads, bars ±1 sd.",
     )

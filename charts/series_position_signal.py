@@ -39,10 +39,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         tooltip=["checkpoint:N", "model:N", "kind:N", alt.Tooltip("mean:Q", format=".3f"),
                  alt.Tooltip("sd:Q", format=".3f"), alt.Tooltip("n_heads:Q", title="heads")],
     )
-    return alt.layer(s.shading(base), bars, line).properties(
-        width=max(360, 48 * len(s.order)), height=260,
-        title=alt.TitleParams(
-            "Position signal over training: PC0 r_q and r_k",
-            subtitle=[f"Combined Q/K PCA (seed 003 figure 07), {s.subtitle()}; means over heads, bars ±1 sd."],
-        ),
+    return s.panel(
+        base, bars, line,
+        title="Position signal over training: PC0 r_q and r_k",
+        subtitle=f"Combined Q/K PCA (seed 003 figure 07), {s.subtitle()}; means over heads, bars ±1 sd.",
     )

@@ -32,10 +32,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         tooltip=["checkpoint:N", "model:N", "category:N", alt.Tooltip("fraction:Q", format=".1%"),
                  alt.Tooltip("n_heads:Q", title="heads")],
     )
-    return alt.layer(s.shading(base), line).properties(
-        width=max(360, 48 * len(s.order)), height=260,
-        title=alt.TitleParams(
-            "Head taxonomy over training",
-            subtitle=[f"Combined Q/K PCA (seed 003 figure 08), {s.subtitle()}; categories from PC0 r_q and |r_k|."],
-        ),
+    return s.panel(
+        base, line,
+        title="Head taxonomy over training",
+        subtitle=f"Combined Q/K PCA (seed 003 figure 08), {s.subtitle()}; categories from PC0 r_q and |r_k|.",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,6 +19,14 @@ HomeOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+class Dtype(str, Enum):
+    """Stored vector type of a written dataset (`qkdb simulate`, `qkdb sniff`)."""
+
+    float32 = "float32"
+    float16 = "float16"
+
 
 # Messages and progress go to stderr; stdout carries data only.
 err = Console(stderr=True, highlight=False)

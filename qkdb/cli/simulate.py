@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qkdb.cli.app import app
-from qkdb.cli.common import err, note
+from qkdb.cli.common import Dtype, err, note
 from qkdb.errors import QkdbError
 from qkdb.ingest.layout import HEAD_DIR
 from qkdb.ingest.simulate import PLANTED_FILE, Ranges
@@ -21,11 +21,6 @@ from qkdb.ingest.simulate import simulate as run_simulation
 class Pairing(str, Enum):
     half = "half"
     interleaved = "interleaved"
-
-
-class Dtype(str, Enum):
-    float32 = "float32"
-    float16 = "float16"
 
 
 def _parse_layers(text: str | None) -> list[int]:

@@ -10,17 +10,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from qkdb.cli.app import app
-from qkdb.cli.common import err, note
+from qkdb.cli.common import Dtype, err, note
 
 
 class Positions(str, Enum):
     log_uniform = "log-uniform"
     uniform = "uniform"
-
-
-class Dtype(str, Enum):
-    float32 = "float32"
-    float16 = "float16"
 
 
 @app.command("sniff")
