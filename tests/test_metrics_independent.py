@@ -10,7 +10,7 @@ from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import balanced_accuracy_score
 
 from qkdb.ingest.moments import moments, pool
-from qkdb.ingest.pca import SIGN_FALLBACK, combined_pca, lda_balanced_accuracy
+from qkdb.ingest.pca import SIGN_FALLBACK, combined_pca, lda_balanced_accuracy, project
 from qkdb.ingest.rotation import planar_rotation
 
 TOL = 1e-6
@@ -63,6 +63,19 @@ def test_lda_accuracy_matches_sklearn():
     y = np.r_[np.ones(300), np.zeros(200)]
     pred = LinearDiscriminantAnalysis().fit(X, y).predict(X)
     assert lda_balanced_accuracy(Pq, Pk) == pytest.approx(balanced_accuracy_score(y, pred), abs=1e-12)
+    # The same data handed over column-major, as `project` returns it.
+    assert lda_balanced_accuracy(np.asfortranarray(Pq), np.asfortranarray(Pk)) == lda_balanced_accuracy(Pq, Pk)
+
+
+def test_project_matches_centred_product():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(500, 12)) * 3.0 + 40.0  # far from the origin: centring matters
+    V = np.linalg.qr(rng.normal(size=(12, 3)))[0].T
+    mu = X.mean(axis=0)
+    got = project(X, V, mu)
+    assert got.shape == (500, 3)
+    np.testing.assert_allclose(got, (X - mu) @ V.T, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(project(X, V[0], mu)[:, 0], (X - mu) @ V[0], rtol=0, atol=1e-12)
 
 
 def _pearson(x, y):
