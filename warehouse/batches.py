@@ -27,6 +27,11 @@ def check_columns(table: Table, columns: dict) -> None:
         raise KeyError(f"columns not in table {table.name}: {sorted(unknown)}")
 
 
+def empty_table(table: Table) -> pa.Table:
+    """Zero rows of ``table`` (``Schema.empty_table`` would import pandas, through pyarrow's probe for it)."""
+    return pa.Table.from_batches([], schema=table.arrow_schema)
+
+
 def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
     """One record batch of ``table`` from column values (scalars are broadcast, absent columns NULL).
 

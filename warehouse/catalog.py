@@ -16,11 +16,11 @@ import uuid
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
+from qkdb.warehouse.batches import empty_table
 from qkdb.warehouse.home import catalog_path, ensure_writable
 from qkdb.warehouse.schema import TABLES, Table
 from qkdb.warehouse.store import LOCKS
@@ -64,8 +64,7 @@ def _write_schema_files(home: Path) -> None:
         folder = home / SCHEMA_DIR / table.name / "model=_"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".schema.{uuid.uuid4().hex[:8]}.tmp"
-        # (Schema.empty_table would import pandas, through pyarrow's probe for it.)
-        pq.write_table(pa.Table.from_batches([], schema=table.arrow_schema), tmp)
+        pq.write_table(empty_table(table), tmp)
         os.replace(tmp, folder / "schema.parquet")
 
 

@@ -28,7 +28,7 @@ from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
 from qkdb.warehouse.schema import TABLES, Table
-from qkdb.warehouse.batches import check_columns, merge_columns, n_rows, to_batch
+from qkdb.warehouse.batches import check_columns, empty_table, merge_columns, n_rows, to_batch
 
 STORE, STAGING, LOCKS = ".store", ".staging", ".locks"
 DATA = "data.parquet"
@@ -148,8 +148,7 @@ class Staging:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
         for table in TABLES.values():
             if table.versioned and table.name not in self._writers:
-                # (Schema.empty_table would import pandas, through pyarrow's probe for it.)
-                self.write(table, pa.Table.from_batches([], schema=table.arrow_schema))
+                self.write(table, empty_table(table))
         for name, w in self._writers.items():
             self._flush(name)
             w.close()
