@@ -23,7 +23,7 @@ from qkdb.ingest.layout import Discovery, HeadFile, head_dir_name, read_head
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
-from qkdb.ingest.workers import mp_context
+from qkdb.ingest.workers import keep_freed_memory, mp_context
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ def _init_worker() -> None:
     import scipy.linalg  # noqa: F401
 
     threadpool_limits(1)
+    keep_freed_memory()
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
