@@ -11,7 +11,7 @@ from qkdb.ingest.layout import HeadData
 from qkdb.ingest.complement import complement_pairs
 from qkdb.ingest.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.pca import combined_pca, lda_balanced_accuracy, project
+from qkdb.ingest.pca import combined_pca, qk_accuracy
 from qkdb.ingest.points import sample_points
 from qkdb.ingest.rope_planes import rope_planes, strongest_plane
 from qkdb.ingest.rotation import planar_rotation
@@ -88,12 +88,9 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: {rot.note}; rotation metrics are NULL")
 
     Q, K = q.data.vectors, k.data.vectors
-    # Centred projections on the first two canonical PCs: LDA accuracy and scatter points.
+    # Q vs K separability on the first two canonical PCs.
     V2 = pca.components[:2]
-    acc = (
-        lda_balanced_accuracy(project(Q, V2, pca.mean), project(K, V2, pca.mean))
-        if V2.shape[0] == 2 else np.nan
-    )
+    acc = qk_accuracy(Q, K, q.moments, k.moments, V2) if V2.shape[0] == 2 else np.nan
 
     t_all = np.concatenate([q.data.positions, k.data.positions])
     rows.tables["heads"] = {

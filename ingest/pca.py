@@ -104,54 +104,37 @@ def _positional_variance(ev: np.ndarray, r: np.ndarray, kind: str) -> dict[str, 
     return {f"pos_var_{kind}": total, f"pc0_pos_share_{kind}": share}
 
 
-def lda_balanced_accuracy(P_q: np.ndarray, P_k: np.ndarray) -> float:
-    """Balanced training accuracy of a two-class linear discriminant (Q vs K).
+def qk_accuracy(Q: np.ndarray, K: np.ndarray, mq: Moments, mk: Moments, components: np.ndarray) -> float:
+    """Balanced training accuracy of a Q-vs-K linear discriminant on the scores on ``components``.
 
-    Same model as sklearn's ``LinearDiscriminantAnalysis`` with default priors (class
-    frequencies) and the frequency-weighted within-class covariance, in closed form.
+    The model is sklearn's ``LinearDiscriminantAnalysis`` with default priors (class frequencies)
+    and the frequency-weighted within-class covariance, fitted to the centred scores
+    ``(X − μ) componentsᵀ`` of both kinds, in closed form. Its class means and covariances are
+    those of the scores, so they come from the moments; the discriminant is then one direction
+    ``u`` of the vector space, and classifying every vector is one matrix-vector product per kind
+    (instead of one per component to form the scores). The pooled mean μ cancels out.
 
     Parameters
     ----------
-    P_q, P_k : ndarray of shape (n_q, p) and (n_k, p)
-        Projections of the query and key vectors (e.g. on PC0 and PC1).
+    Q, K : ndarray of shape (n_q, d) and (n_k, d)
+        The vectors the moments were taken of.
+    mq, mk : Moments
+        Their moments.
+    components : ndarray of shape (p, d)
+        Directions of the scores (e.g. PC0 and PC1).
     """
-    n_q, n_k = len(P_q), len(P_k)
+    n_q, n_k = len(Q), len(K)
     if n_q == 0 or n_k == 0:
         raise ValueError(f"both classes need samples, got n_q={n_q}, n_k={n_k}")
+    if (n_q, n_k) != (mq.n, mk.n):
+        raise ValueError(f"moments of {mq.n} and {mk.n} vectors given for {n_q} and {n_k}")
+    V = np.atleast_2d(np.asarray(components, dtype=np.float64))
     n = n_q + n_k
-    # One row per projection: numpy reduces, centres and multiplies contiguous rows several times
-    # faster than the few columns of an (n, p) array (free for the column-major input of
-    # :func:`project`).
-    Xq, Xk = np.ascontiguousarray(P_q.T), np.ascontiguousarray(P_k.T)
-    m_q, m_k = Xq.mean(axis=1), Xk.mean(axis=1)
-    Cq, Ck = Xq - m_q[:, None], Xk - m_k[:, None]
-    S = (Cq @ Cq.T + Ck @ Ck.T) / n
+    m_q, m_k = V @ mq.mean, V @ mk.mean
+    S = (n_q * (V @ mq.cov @ V.T) + n_k * (V @ mk.cov @ V.T)) / n
     w = np.linalg.pinv(S, hermitian=True) @ (m_q - m_k)
+    u = V.T @ w
     bias = -0.5 * (m_q + m_k) @ w + np.log(n_q / n_k)
-    tpr_q = np.count_nonzero(w @ Xq + bias > 0) / n_q
-    tpr_k = np.count_nonzero(w @ Xk + bias <= 0) / n_k
+    tpr_q = np.count_nonzero(Q @ u + bias > 0) / n_q
+    tpr_k = np.count_nonzero(K @ u + bias <= 0) / n_k
     return 0.5 * (tpr_q + tpr_k)
-
-
-def project(X: np.ndarray, components: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Centred scores ``(X − mean) @ components.T`` without an n × d centred copy.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d)
-    components : ndarray of shape (p, d)
-        A few unit directions (e.g. the leading PCs).
-    mean : ndarray of shape (d,)
-
-    Returns
-    -------
-    ndarray of shape (n, p), column-major (each component's scores contiguous)
-    """
-    components = np.atleast_2d(components)
-    out = np.empty((components.shape[0], len(X)))
-    for j, v in enumerate(components):
-        # A matrix-vector product per component: BLAS's matrix-matrix product with p = 2
-        # columns runs at half the speed of two of them.
-        np.dot(X, v, out=out[j])
-    out -= (components @ mean)[:, None]
-    return out.T

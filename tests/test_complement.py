@@ -16,7 +16,8 @@ from qkdb.ingest.complement import (
     lda_balanced_accuracy_2d,
     n_complement_pairs,
 )
-from qkdb.ingest.pca import lda_balanced_accuracy
+from qkdb.ingest.moments import moments
+from qkdb.ingest.pca import qk_accuracy
 from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.schema import COMPLEMENT
 
@@ -195,7 +196,10 @@ def test_lda_matches_sklearn_and_the_pca_stage():
             ref = metrics.balanced_accuracy_score(labels, pred)
             # lsqr uses our covariance exactly; svd scales it by n/(n-2), which can move a point or two.
             assert ours[c] == pytest.approx(ref, abs=1e-12 if solver == "lsqr" else 0.01)
-        assert ours[c] == pytest.approx(lda_balanced_accuracy(P[:300], P[300:]))
+        # The same model as the PCA stage's (here in a 2-D space whose axes are the components).
+        t = np.arange(len(P), dtype=float)
+        mq, mk = moments(P[:300], t[:300]), moments(P[300:], t[300:])
+        assert ours[c] == pytest.approx(qk_accuracy(P[:300], P[300:], mq, mk, np.eye(2)))
 
 
 def test_lda_with_a_degenerate_plane():

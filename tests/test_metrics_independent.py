@@ -10,7 +10,7 @@ from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import balanced_accuracy_score
 
 from qkdb.ingest.moments import moments, pool
-from qkdb.ingest.pca import SIGN_FALLBACK, combined_pca, lda_balanced_accuracy, project
+from qkdb.ingest.pca import SIGN_FALLBACK, combined_pca, qk_accuracy
 from qkdb.ingest.rotation import planar_rotation
 
 TOL = 1e-6
@@ -55,27 +55,27 @@ def test_pca_matches_sklearn_and_scipy(seed):
     assert ours.head["pc0_pos_share_k"] == pytest.approx(ev[0] * rk[0] ** 2 / np.sum(ev * rk**2), abs=TOL)
 
 
-def test_lda_accuracy_matches_sklearn():
-    rng = np.random.default_rng(3)
-    Pq = rng.normal(size=(300, 2)) * [1.0, 2.0] + [1.0, 0.5]
-    Pk = rng.normal(size=(200, 2)) * [1.5, 1.0] - [0.5, 0.0]
-    X = np.vstack([Pq, Pk])
-    y = np.r_[np.ones(300), np.zeros(200)]
-    pred = LinearDiscriminantAnalysis().fit(X, y).predict(X)
-    assert lda_balanced_accuracy(Pq, Pk) == pytest.approx(balanced_accuracy_score(y, pred), abs=1e-12)
-    # The same data handed over column-major, as `project` returns it.
-    assert lda_balanced_accuracy(np.asfortranarray(Pq), np.asfortranarray(Pk)) == lda_balanced_accuracy(Pq, Pk)
+@pytest.mark.parametrize("seed", [0, 1, 5])
+def test_qk_accuracy_matches_sklearn_on_the_pc_scores(seed):
+    # The seeds' recipe: project both kinds on PC0 and PC1, fit sklearn's LDA to tell Q from K,
+    # score its predictions with the balanced accuracy. Ours never forms the scores.
+    Q, tq, K, tk = _data(seed, n_q=300, n_k=200)
+    mq, mk = moments(Q, tq), moments(K, tk)
+    V2 = combined_pca(mq, mk).components[:2]
+    X = np.vstack([Q, K])
+    P = (X - X.mean(axis=0)) @ V2.T
+    y = np.r_[np.ones(len(Q)), np.zeros(len(K))]
+    pred = LinearDiscriminantAnalysis(solver="lsqr").fit(P, y).predict(P)
+    expected = balanced_accuracy_score(y, pred)
+    assert 0.5 < expected < 1.0  # a case where the discriminant can be wrong either way
+    assert qk_accuracy(Q, K, mq, mk, V2) == pytest.approx(expected, abs=1e-12)
 
 
-def test_project_matches_centred_product():
-    rng = np.random.default_rng(4)
-    X = rng.normal(size=(500, 12)) * 3.0 + 40.0  # far from the origin: centring matters
-    V = np.linalg.qr(rng.normal(size=(12, 3)))[0].T
-    mu = X.mean(axis=0)
-    got = project(X, V, mu)
-    assert got.shape == (500, 3)
-    np.testing.assert_allclose(got, (X - mu) @ V.T, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(project(X, V[0], mu)[:, 0], (X - mu) @ V[0], rtol=0, atol=1e-12)
+def test_qk_accuracy_checks_its_moments():
+    Q, tq, K, tk = _data(0)
+    mq, mk = moments(Q, tq), moments(K, tk)
+    with pytest.raises(ValueError, match="moments of 70 and 55 vectors given for 69 and 55"):
+        qk_accuracy(Q[1:], K, mq, mk, np.eye(8)[:2])
 
 
 def _pearson(x, y):
