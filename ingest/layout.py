@@ -175,7 +175,9 @@ def read_head(path: str | os.PathLike) -> HeadData:
     """
     path = Path(path)
     try:
-        pf = pq.ParquetFile(path, memory_map=True)
+        # Pre-buffering coalesces reads for remote storage; on a memory-mapped local file it only
+        # adds a task per column to pyarrow's I/O pool (~0.2 ms a file, half of reading positions).
+        pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False)
         names = set(pf.schema_arrow.names)
         missing = {"position", "vector"} - names
         if missing:

@@ -11,6 +11,7 @@ column comes from the folder name and is not stored inside the parquet files.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -33,7 +34,7 @@ class Table:
     # Versioned tables are replaced as a whole per model on re-ingest; append tables keep history.
     versioned: bool = True
 
-    @property
+    @cached_property  # (built once: the ingest asks for it with every head's rows)
     def arrow_schema(self) -> pa.Schema:
         """Schema of the parquet files (without the hive partition column ``model``)."""
         return pa.schema([pa.field(c.name, c.type) for c in self.columns if c.name != "model"])
