@@ -65,7 +65,7 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
         n = options.max_vectors
     if n < options.min_vectors:
         raise InputError(f"{source}: {n} usable vectors, fewer than the minimum {options.min_vectors}")
-    m = moments(data.vectors, data.positions)
+    m = moments(data.vectors, data.positions, total=data.vector_sum)
     if t_is_constant(m):
         # The metrics would be NULL (SPEC §4), but a file whose positions never change is a broken
         # capture: say so rather than publish a head without any position signal.

@@ -34,7 +34,7 @@ class Moments:
 _BLOCK_ELEMENTS = 2048 * 128
 
 
-def moments(X: np.ndarray, t: np.ndarray) -> Moments:
+def moments(X: np.ndarray, t: np.ndarray, total: np.ndarray | None = None) -> Moments:
     """Moments of one file's vectors and positions, in float64.
 
     Parameters
@@ -42,6 +42,8 @@ def moments(X: np.ndarray, t: np.ndarray) -> Moments:
     X : ndarray of shape (n, d)
         Vectors; float32 input is widened block by block (the arithmetic is float64 either way).
     t : ndarray of shape (n,)
+    total : ndarray of shape (d,), optional
+        ``X.sum(axis=0)`` in float64 when the caller already has it (one pass over X fewer).
     """
     X = np.asarray(X)
     if X.dtype != np.float32:
@@ -52,7 +54,13 @@ def moments(X: np.ndarray, t: np.ndarray) -> Moments:
     n, d = X.shape
     if n == 0:
         raise ValueError("moments of an empty set of vectors")
-    mean = X.mean(axis=0, dtype=np.float64)
+    if total is None:
+        mean = X.mean(axis=0, dtype=np.float64)
+    else:
+        total = np.asarray(total, dtype=np.float64)
+        if total.shape != (d,):
+            raise ValueError(f"total must be ({d},), got {total.shape}")
+        mean = total / n  # what X.mean computes, exactly
     t_mean = float(t.mean())
     tc = t - t_mean
     # Σ (x − μ)(x − μ)ᵀ over blocks of centred rows. np.dot of a matrix with its own transpose

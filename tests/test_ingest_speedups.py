@@ -32,6 +32,17 @@ def test_blocked_moments_equal_the_direct_formula(n, dtype, monkeypatch):
     assert m.mean.dtype == np.float64
 
 
+def test_moments_from_a_given_column_sum_are_identical():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(3000, 16)) * 2 + 50
+    t = rng.integers(0, 4096, size=3000).astype(np.float64)
+    a, b = moments(X, t), moments(X, t, total=X.sum(axis=0))
+    for field in ("mean", "cov", "cov_xt"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    with pytest.raises(ValueError, match=r"total must be \(16,\), got \(15,\)"):
+        moments(X, t, total=X.sum(axis=0)[:15])
+
+
 def test_proj_var_is_the_quadratic_form():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(300, 12))

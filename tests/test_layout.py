@@ -59,6 +59,28 @@ def test_null_and_non_finite_rows_are_dropped_and_counted(tmp_path):
     np.testing.assert_array_equal(data.vectors, [[1.0, 2.0]])
 
 
+def test_column_sums_come_with_the_vectors_when_every_row_is_kept(tmp_path):
+    # The finiteness test's column sums are handed to the moments as the mean's numerator.
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 6)).astype(np.float32)
+    write_head(tmp_path, 0, 0, "q", X, np.arange(40))
+    data = read_head(tmp_path / "l00h00q" / "data.parquet")
+    np.testing.assert_array_equal(data.vector_sum, data.vectors.sum(axis=0))
+
+
+def test_no_column_sums_after_rows_are_dropped_or_when_a_sum_overflows(tmp_path):
+    vec = pa.array([[1.0, 2.0], [np.nan, 1.0], [5.0, 6.0]], type=pa.list_(pa.float32(), 2))
+    path = _write(tmp_path / "a" / "l00h00q" / "data.parquet", pa.table({"position": pa.array([0, 1, 2]), "vector": vec}))
+    dropped = read_head(path)
+    assert dropped.n_dropped == 1 and dropped.vector_sum is None
+    # Finite values whose sum overflows: every row is kept, and no infinite sum is passed on.
+    big = pa.array([[1e308, 1.0], [1e308, 2.0]], type=pa.list_(pa.float64(), 2))
+    path = _write(tmp_path / "b" / "l00h00q" / "data.parquet", pa.table({"position": pa.array([0, 1]), "vector": big}))
+    kept = read_head(path)
+    assert kept.n_dropped == 0 and kept.vector_sum is None
+    np.testing.assert_array_equal(kept.vectors, [[1e308, 1.0], [1e308, 2.0]])
+
+
 def test_ragged_list_vectors_are_an_error_naming_the_file(tmp_path):
     vec = pa.array([[1.0, 2.0], [1.0]], type=pa.list_(pa.float32()))
     path = _write(tmp_path / "l00h00q" / "data.parquet", pa.table({"position": [0, 1], "vector": vec}))
