@@ -16,6 +16,7 @@ seeded subsample.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -40,11 +41,24 @@ def phasors(omega: np.ndarray, tau: np.ndarray) -> np.ndarray:
     if ti.min() >= 0 and np.array_equal(ti, tau):
         span = int(ti.max()) + 1
         base = max(1, math.isqrt(span - 1) + 1)
-        low = np.exp(-1j * np.outer(np.arange(base, dtype=np.float64), omega))
-        high = np.exp(-1j * np.outer(base * np.arange(span // base + 1, dtype=np.float64), omega))
+        low, high = _phase_tables(omega.tobytes(), base, span // base + 1)
         q, r = np.divmod(ti, base)
         return _take_rows(low, r) * _take_rows(high, q)
     return np.exp(-1j * np.outer(tau, omega))
+
+
+@functools.lru_cache(maxsize=8)
+def _phase_tables(omega: bytes, base: int, n_high: int) -> tuple[np.ndarray, np.ndarray]:
+    """``exp(−iω r)`` for ``r < base`` and ``exp(−iω base·q)`` for ``q < n_high`` (read-only).
+
+    Cached: the same frequencies (a model's RoPE frequencies, a grid) and position range come back
+    for both kinds of every head, and each table costs as much as the gathers that use it.
+    """
+    w = np.frombuffer(omega, dtype=np.float64)
+    low = np.exp(-1j * np.outer(np.arange(base, dtype=np.float64), w))
+    high = np.exp(-1j * np.outer(base * np.arange(n_high, dtype=np.float64), w))
+    low.flags.writeable = high.flags.writeable = False
+    return low, high
 
 
 def _take_rows(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
