@@ -225,7 +225,8 @@ def complement_pairs(
         ring = np.where(mean_r2 > 0, mean_r * mean_r / mean_r2, np.nan)
     angle_r = circular_linear_r(cos_t, sin_t, t)
 
-    u = cos_t + 1j * sin_t
+    u = np.empty(cos_t.shape, dtype=np.complex128)  # (cos + i·sin without complex temporaries)
+    u.real, u.imag = cos_t, sin_t
     uq, uk, tq, tk = u[:m_q], u[m_q:], t[:m_q], t[m_q:]
     t_all = np.concatenate([t_q, t_k])
     span = float(t_all.max() - t_all.min()) if len(t_all) else 0.0
