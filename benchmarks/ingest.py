@@ -483,6 +483,11 @@ def machine() -> dict:
             "numpy": numpy.__version__, "pyarrow": pyarrow.__version__, "platform": platform.platform()}
 
 
+def per_repetition(runs: dict[str, list[Run]], step: str) -> list[float]:
+    """Wall time of ``step`` over the floor's, repetition by repetition."""
+    return [r.wall / f.wall for f, r in zip(runs["floor"], runs[step])]
+
+
 def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W: int) -> str:
     d, m = results["dataset"], results["machine"]
     loads = [r.load for v in runs.values() for r in v]
@@ -509,6 +514,12 @@ def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W:
         f"ingest/floor, CPU:  core {median(runs['core'], 'cpu') / cfloor:.2f}x, all tables "
         f"{median(runs['full'], 'cpu') / cfloor:.2f}x; qkdb read_head/floor {median(runs['read_head']) / floor:.2f}x wall, "
         f"{median(runs['read_head'], 'cpu') / cfloor:.2f}x CPU",
+        # On a shared machine the load drifts between repetitions; within one, the floor and the
+        # ingests run back to back, so their ratio is steadier than the ratio of the medians.
+        "ingest/floor, wall, per repetition: " + "; ".join(
+            f"{name} " + " ".join(f"{x:.2f}" for x in ratios) + f" (median {statistics.median(ratios):.2f})"
+            for name, ratios in (("core", per_repetition(runs, "core")), ("all tables", per_repetition(runs, "full")))
+        ),
     ]
     if runs.get("baseline"):
         b = median(runs["baseline"])
