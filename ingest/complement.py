@@ -67,7 +67,7 @@ def fit_subsample(n_q: int, n_k: int, max_fit: int | None, rng: np.random.Genera
 def lda_balanced_accuracy_2d(xq: np.ndarray, yq: np.ndarray, xk: np.ndarray, yk: np.ndarray) -> np.ndarray:
     """Balanced training accuracy of a Q-vs-K linear discriminant, for many 2-D projections at once.
 
-    The model of ``qkdb.ingest.pca.lda_balanced_accuracy`` (sklearn's ``LinearDiscriminantAnalysis``
+    The model of ``qkdb.ingest.pca.qk_accuracy`` (sklearn's ``LinearDiscriminantAnalysis``
     with class-frequency priors and the frequency-weighted within-class covariance, as its 'lsqr'
     and 'eigen' solvers use) in closed form, one column per projection plane.
 
