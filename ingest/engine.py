@@ -23,7 +23,7 @@ from qkdb.ingest.layout import Discovery, HeadFile, head_dir_name, read_head
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
-from qkdb.ingest.workers import keep_freed_memory, mp_context
+from qkdb.ingest.workers import keep_freed_memory, mp_context, start_workers
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ def _init_worker() -> None:
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
+    start_workers(workers)  # (normally already running: this makes sure it starts single-threaded)
     return ProcessPoolExecutor(workers, mp_context=mp_context(), initializer=_init_worker)
 
 

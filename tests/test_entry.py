@@ -1,11 +1,12 @@
 """The CLI's entry point stays light, and starts the ingest's workers early only when they will run."""
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from qkdb.ingest.workers import wants_workers
+from qkdb.ingest.workers import is_ingest, single_thread_env, wants_workers
 
 
 def _run(code: str) -> str:
@@ -62,6 +63,21 @@ def test_lazy_api_attributes():
 def test_wants_workers(argv, expected, monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert wants_workers(argv) is expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["ingest", "--model", "x"], True),
+        (["--debug", "ingest", "--path", "d"], True),
+        (["ingest", "--model", "x", "--workers", "1"], True),
+        (["ingest", "--help"], False),
+        (["query", "select 1"], False),
+        ([], False),
+    ],
+)
+def test_is_ingest(argv, expected):
+    assert is_ingest(argv) is expected
 
 
 def test_wants_no_workers_on_one_core(monkeypatch):
@@ -122,3 +138,67 @@ def test_keep_freed_memory_reuses_pages_instead_of_faulting_them_in_again():
     pages_per_round = 6 * (4 << 20) // 4096
     assert default > 2 * pages_per_round  # the cost being avoided is real here (~half a round each)
     assert tuned < pages_per_round // 10
+
+
+_WORKER_THREADS = """
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+def probe():
+    import numpy  # noqa: F401  (loads OpenBLAS, which would start its threads here)
+    return os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task"))
+
+if __name__ == "__main__":
+    from qkdb.ingest.engine import _pool
+    with _pool(2) as pool:
+        env, threads = pool.submit(probe).result()
+    print(env, threads, os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+"""
+
+
+def test_workers_run_with_one_blas_thread_and_the_callers_environment_is_restored(tmp_path):
+    # A fresh interpreter, so that the fork server is started by qkdb's code, not by an earlier test.
+    script = tmp_path / "probe.py"
+    script.write_text(_WORKER_THREADS)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, env=env)
+    worker_env, threads, parent_env = out.stdout.split()
+    assert worker_env == "1"
+    assert int(threads) == 1  # the worker's own thread: no BLAS threads (before: one per core - 1, per library)
+    assert parent_env == "unset"
+
+
+def test_single_thread_env_restores_set_and_unset_variables(monkeypatch):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with single_thread_env():
+        assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "8"
+    assert "OMP_NUM_THREADS" not in os.environ
+
+
+_ENTRY_ENV = """
+import os, sys, types
+seen = types.ModuleType("qkdb.cli")
+seen.main = lambda: print(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+sys.modules["qkdb.cli"] = seen  # stands in for the CLI: only the entry point's own work is observed
+import qkdb.__main__
+sys.argv = ["qkdb", *sys.argv[1:]]
+qkdb.__main__.main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "preset", "expected"),
+    [
+        (["ingest", "--path", "d", "--workers", "1"], None, "1"),
+        (["query", "select 1"], None, "unset"),
+        (["ingest", "--path", "d", "--workers", "1"], "4", "4"),  # the user's choice is kept
+    ],
+)
+def test_entry_point_gives_an_ingest_process_one_blas_thread(argv, preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run([sys.executable, "-c", _ENTRY_ENV, *argv], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == expected
