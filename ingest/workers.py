@@ -16,7 +16,11 @@ from contextlib import contextmanager
 
 # What every worker needs, imported once by the fork server instead of once per worker (~1 s of
 # CPU each). "__main__" too: otherwise each worker re-runs the main script's imports.
-PRELOAD = ["__main__", "qkdb.ingest.engine", "scipy.linalg"]
+# `fork_server` makes the server's own exit quick (see there).
+PRELOAD = ["__main__", "qkdb.ingest.fork_server", "qkdb.ingest.engine", "scipy.linalg"]
+
+# Set in the fork server's environment only: `fork_server` acts on it there, and removes it.
+FORK_SERVER_MARK = "QKDB_FORK_SERVER"
 
 
 def mp_context():
@@ -35,10 +39,10 @@ SINGLE_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_N
 
 
 @contextmanager
-def single_thread_env(names: dict[str, str] = SINGLE_THREAD_ENV) -> Iterator[None]:
-    """Set ``names`` in ``os.environ`` for the duration of the block (processes started in it inherit them)."""
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(names)
+def scoped_env(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the duration of the block (processes started in it inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -64,7 +68,7 @@ def start_workers(workers: int) -> None:
     if workers > 1 and mp_context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
-        with single_thread_env():
+        with scoped_env({**SINGLE_THREAD_ENV, FORK_SERVER_MARK: "1"}):
             forkserver.ensure_running()
 
 

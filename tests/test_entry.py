@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from qkdb.ingest.workers import is_ingest, single_thread_env, wants_workers
+from qkdb.ingest.workers import is_ingest, scoped_env, wants_workers
 
 
 def _run(code: str) -> str:
@@ -146,13 +146,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 def probe():
     import numpy  # noqa: F401  (loads OpenBLAS, which would start its threads here)
-    return os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task"))
+    return os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), os.environ.get("QKDB_FORK_SERVER", "unset")
 
 if __name__ == "__main__":
     from qkdb.ingest.engine import _pool
     with _pool(2) as pool:
-        env, threads = pool.submit(probe).result()
-    print(env, threads, os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+        env, threads, mark = pool.submit(probe).result()
+    print(env, threads, mark, os.environ.get("OPENBLAS_NUM_THREADS", "unset"), os.environ.get("QKDB_FORK_SERVER", "unset"))
 """
 
 
@@ -162,16 +162,33 @@ def test_workers_run_with_one_blas_thread_and_the_callers_environment_is_restore
     script.write_text(_WORKER_THREADS)
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, env=env)
-    worker_env, threads, parent_env = out.stdout.split()
+    worker_env, threads, worker_mark, parent_env, parent_mark = out.stdout.split()
     assert worker_env == "1"
     assert int(threads) == 1  # the worker's own thread: no BLAS threads (before: one per core - 1, per library)
     assert parent_env == "unset"
+    assert worker_mark == parent_mark == "unset"  # the fork server's mark stays in the server
 
 
-def test_single_thread_env_restores_set_and_unset_variables(monkeypatch):
+_FAST_EXIT = """
+import atexit, os, sys
+atexit.register(lambda: print("teardown ran", flush=True))  # registered first, so it would run last
+if sys.argv[1] == "marked":
+    os.environ["QKDB_FORK_SERVER"] = "1"
+from qkdb.ingest import fork_server  # noqa: F401
+print("mark", os.environ.get("QKDB_FORK_SERVER", "gone"), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("marked", ["mark gone"]), ("plain", ["mark gone", "teardown ran"])])
+def test_fork_server_module_makes_only_the_marked_process_exit_without_teardown(mode, expected):
+    out = subprocess.run([sys.executable, "-c", _FAST_EXIT, mode], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:-1] == expected
+
+
+def test_scoped_env_restores_set_and_unset_variables(monkeypatch):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    with single_thread_env():
+    with scoped_env({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}):
         assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
     assert os.environ["OPENBLAS_NUM_THREADS"] == "8"
     assert "OMP_NUM_THREADS" not in os.environ
