@@ -219,3 +219,46 @@ def test_entry_point_gives_an_ingest_process_one_blas_thread(argv, preset, expec
         env["OPENBLAS_NUM_THREADS"] = preset
     out = subprocess.run([sys.executable, "-c", _ENTRY_ENV, *argv], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == expected
+
+
+_ENTRY_EXIT = """
+import sys, types
+fake = types.ModuleType("qkdb.cli")
+def main():
+    print("rows on stdout")  # block-buffered into a pipe: only a flush delivers it
+    print("a message", file=sys.stderr)
+    code = {"none": None, "three": 3, "text": "boom"}[sys.argv[-1]]
+    if sys.argv[-2] == "raise":
+        raise SystemExit(code)
+fake.main = main
+sys.modules["qkdb.cli"] = fake
+import qkdb.__main__
+sys.argv = ["qkdb", "ingest", "--workers", "1", *sys.argv[1:]]
+qkdb.__main__.main()
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "returncode", "stderr"),
+    [
+        ("return", "none", 0, "a message\n"),
+        ("raise", "none", 0, "a message\n"),
+        ("raise", "three", 3, "a message\n"),
+        ("raise", "text", 1, "a message\nboom\n"),
+    ],
+)
+def test_an_ingest_exits_at_once_with_its_code_and_its_output_delivered(how, code, returncode, stderr):
+    out = subprocess.run([sys.executable, "-c", _ENTRY_EXIT, how, code], capture_output=True, text=True)
+    assert out.returncode == returncode
+    assert out.stdout == "rows on stdout\n"
+    assert out.stderr == stderr
+
+
+def test_cli_ingest_error_through_the_entry_point(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "qkdb", "ingest", "--path", str(tmp_path / "missing"),
+                          "--model", "toy", "--gqa-ratio", "1", "--n-layers", "2", "--home", str(tmp_path / "home")],
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "missing" in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""
