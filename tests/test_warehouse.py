@@ -8,6 +8,7 @@ import sys
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import qkdb
@@ -256,6 +257,24 @@ def test_head_dim_differing_between_query_and_key_is_named(dataset, home):
     with pytest.raises(qkdb.QkdbError, match=r"l00h00q.*head_dim 16 differs from its key head's 8.*l00h00k"):
         qkdb.ingest(dataset, "toy", workers=1, **FACTS)
     assert not store.is_ingested(home, "toy")
+
+
+def test_floats_are_stored_plain_and_keys_as_dictionaries(dataset, home):
+    import pyarrow.parquet as pq
+
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    current = home / store.STORE / "toy" / "current"
+    for name in ("heads", "pca", "rotation", "points", "complement", "rope_planes"):
+        meta = pq.ParquetFile(current / name / "data.parquet").metadata
+        assert meta.num_rows > 0, name
+        for i in range(meta.num_columns):
+            col = meta.row_group(0).column(i)
+            field = TABLES[name].arrow_schema.field(col.path_in_schema)
+            dictionary = any("DICTIONARY" in e for e in col.encodings)
+            assert dictionary == (field.name in TABLES[name].dictionary_columns), (name, field.name, col.encodings)
+            assert not (dictionary and pa.types.is_floating(field.type)), (name, field.name)
+            if field.name in ("layer", "head", "kind"):
+                assert dictionary, (name, field.name)
 
 
 def test_tables_are_written_in_large_row_groups(dataset, home, monkeypatch):

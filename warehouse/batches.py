@@ -41,9 +41,12 @@ def to_batch(table: Table, columns: dict) -> pa.RecordBatch:
     n = n_rows(columns)
     arrays = []
     schema = table.arrow_schema
+    nulls: dict[pa.DataType, pa.Array] = {}  # arrays are immutable: absent columns of a type share one
     for field in schema:
         if field.name not in columns:
-            arrays.append(pa.nulls(n, field.type))
+            if field.type not in nulls:
+                nulls[field.type] = pa.nulls(n, field.type)
+            arrays.append(nulls[field.type])
             continue
         v = columns[field.name]
         if not isinstance(v, _ARRAY_LIKE):
@@ -69,10 +72,12 @@ def merge_columns(table: Table, chunks: list[dict]) -> dict:
         if pa.types.is_floating(field.type):
             # One preallocated column, NaN (NULL) where a chunk has no value: e.g. the 60 complement
             # scores of `points`, present only for the few collage heads.
-            out = np.full(sum(lengths), np.nan)
+            out = np.empty(sum(lengths))
             offset = 0
             for v, n in zip(values, lengths):
-                if v is not None:
+                if v is None:
+                    out[offset:offset + n] = np.nan
+                else:
                     out[offset:offset + n] = np.asarray(v.to_pylist() if isinstance(v, pa.Array) else v, dtype=np.float64)
                 offset += n
             merged[name] = out

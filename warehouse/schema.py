@@ -39,6 +39,18 @@ class Table:
         """Schema of the parquet files (without the hive partition column ``model``)."""
         return pa.schema([pa.field(c.name, c.type) for c in self.columns if c.name != "model"])
 
+    @cached_property
+    def dictionary_columns(self) -> tuple[str, ...]:
+        """Columns worth parquet's dictionary encoding: the top-level ones that are not floats.
+
+        Keys, kinds and labels repeat; metrics and coordinates hardly ever do, and for them the
+        writer's hash table costs more than it saves (the points table: ~40 % of its write time,
+        and a larger file than plain encoding under zstd). Booleans are bit-packed in any case.
+        """
+        return tuple(
+            f.name for f in self.arrow_schema if not (pa.types.is_floating(f.type) or pa.types.is_boolean(f.type))
+        )
+
     def column(self, name: str) -> Column:
         for c in self.columns:
             if c.name == name:

@@ -101,7 +101,10 @@ class Staging:
         name = table.name
         if name not in self._writers:
             (self.dir / name).mkdir()
-            self._writers[name] = pq.ParquetWriter(self.dir / name / DATA, table.arrow_schema, compression="zstd")
+            self._writers[name] = pq.ParquetWriter(
+                self.dir / name / DATA, table.arrow_schema, compression="zstd",
+                use_dictionary=list(table.dictionary_columns),
+            )
             self._batches[name], self._columns[name], self._tables[name] = [], [], table
             self._pending[name] = self.rows[name] = 0
         return name

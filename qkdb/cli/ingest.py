@@ -13,7 +13,6 @@ from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
 from qkdb.errors import InputError, QkdbError
 from qkdb.ingest import registry
-from qkdb.ingest.engine import default_workers
 
 
 def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
@@ -61,11 +60,12 @@ def ingest(
 ) -> None:
     """Ingest sniffed-qk data (a local folder or the Hugging Face Hub): compute every metric per head and publish each model atomically."""
     names = _models_to_ingest(model, path, series, all_models, repo, cache_dir)
-    if (workers or default_workers()) == 1:
-        # This process computes the heads itself; it is the CLI's own, so tune it like a worker.
-        from qkdb.ingest.workers import keep_freed_memory
+    # This process is the CLI's own, so it is tuned like a worker: it computes the heads itself
+    # (one worker), or receives and stages every head's rows, converting them in row groups of
+    # fresh MiB-sized arrays (otherwise faulted in anew each time: ~0.1 s of a full ingest).
+    from qkdb.ingest.workers import keep_freed_memory
 
-        keep_freed_memory()
+    keep_freed_memory()
     kwargs = dict(
         repo=repo, revision=revision, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
         n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
