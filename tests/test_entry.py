@@ -23,6 +23,12 @@ def test_entry_point_imports_nothing_heavy():
     assert _run(code) == "[]"
 
 
+def test_cli_and_ingest_engine_leave_pyarrow_compute_unimported():
+    # ~0.06 s on the parent's and the fork server's way to the first head; only unusual files need it.
+    code = "import sys, qkdb.cli, qkdb.api, qkdb.ingest.engine\nprint('pyarrow.compute' in sys.modules)"
+    assert _run(code) == "False"
+
+
 def test_ingest_is_the_function_whatever_is_imported_first():
     # `qkdb.ingest` is both the API function and the package of the ingest's modules.
     code = (

@@ -50,6 +50,18 @@ def test_plain_list_vectors_of_any_float_width(tmp_path, value_type):
     np.testing.assert_array_equal(data.vectors, X)  # exact in float16 for these values
 
 
+def test_sliding_window_is_the_largest_value_given(tmp_path):
+    X = np.arange(12, dtype=np.float32).reshape(6, 2)
+    table = pa.table({
+        "position": pa.array(range(6), pa.int32()),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), 2),
+        "sliding_window": pa.chunked_array([[None, 12, 12], [None, 16, None]], pa.int32()),
+    })
+    assert read_head(_write(tmp_path / "l00h00q" / "data.parquet", table)).sliding_window == 16
+    write_head(tmp_path, 0, 1, "q", X, np.arange(6))  # no sliding window: a column of nulls
+    assert read_head(tmp_path / "l00h01q" / "data.parquet").sliding_window is None
+
+
 def test_null_and_non_finite_rows_are_dropped_and_counted(tmp_path):
     vec = pa.array([[1.0, 2.0], None, [np.nan, 1.0], [3.0, np.inf], [5.0, 6.0]], type=pa.list_(pa.float32(), 2))
     pos = pa.array([0, 1, 2, 3, None], pa.int32())
