@@ -25,7 +25,8 @@ What it does (docs/benchmarks.md explains the method and shows the figures of on
      ``pearsonr`` per file — with the same number of processes (one BLAS thread each).
 
 3. Scaling: 1 vs N workers; time and memory against the number of heads (``--heads`` layer
-   ranges) and against vectors per head (``--max-vectors``).
+   ranges) and against vectors per head (``--max-vectors``); the full ingest against the
+   subsample of its complement and RoPE-plane statistics (``--fit-rows``).
 4. Query latency of ``select * from head_metrics`` over 21 models of 300 heads (the ingested
    model published again under 20 other names from its staged tables).
 
@@ -430,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         for n in ([n_vec // 8, n_vec // 4, n_vec // 2] if not args.quick else [n_vec // 2]):
             jobs.append(("vectors", f"--max-vectors {n}", n,
                          ingest_cmd(data, scale, "bench-scale", W, True, "--max-vectors", str(n))))
+        # The full ingest's extra stage works on a subsample of `--fit-rows` vectors per head.
+        for n in ([512, 1024] if not args.quick else [512]):
+            jobs.append(("fit", f"--fit-rows {n}", n,
+                         ingest_cmd(data, scale, "bench-fit", W, False, "--fit-rows", str(n))))
     runs: dict[str, list[Run]] = {label: [] for _, label, _, _ in jobs}
     try:
         for rep in range(reps):
@@ -551,6 +556,15 @@ def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W:
             if group == "vectors":
                 out.append(row(label, heads, runs[label]))
         out.append(row(f"all {d['vectors']} vectors", heads, runs["core"]))
+        fit = [(label, runs[label]) for group, label, _, _ in jobs if group == "fit"]
+        if fit:
+            from qkdb.ingest.complement import MAX_FIT
+
+            floor = median(runs["floor"])
+            out += ["", "all tables by --fit-rows (vectors per head for the complement and RoPE-plane statistics; medians):",
+                    f"{'run':<34}{'wall s':>8}{'CPU s':>8}{'/floor':>8}"]
+            for label, rs in [*fit, (f"--fit-rows {MAX_FIT} (default)", runs["full"])]:
+                out.append(f"{label:<34}{median(rs):8.2f}{median(rs, 'cpu'):8.2f}{median(rs) / floor:7.2f}x")
     for layout, q in results["query"].items():
         out += ["", f"query latency, {q['models']} models x {heads} heads, files {layout} "
                     f"(connect {q['connect_ms']:.0f} ms; median of up to 20 runs after a first one):"]

@@ -132,7 +132,7 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         if d % 2 == 0:
             rope = rope_planes(
                 Q, t_q, K, t_k, rope_theta=options.rope_theta, pairing=options.rope_pairing,
-                rope_scaling=options.rope_scaling, rng=stream(52), cov=pooled.cov,
+                rope_scaling=options.rope_scaling, max_fit=options.fit_rows, rng=stream(52), cov=pooled.cov,
             )
             rows.tables["rope_planes"] = {"layer": ctx.layer, "head": ctx.head, **rope}
         else:
@@ -141,7 +141,7 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
             given = rope is not None and rope["omega_source"][0] == "given"
             comp, scores_fn = complement_pairs(
                 Q, t_q, K, t_k, rot.a, rot.b, rope_omegas=rope["omega"] if given else None,
-                rng=stream(51), mu=pooled.mean, cov=pooled.cov, basis=rot.complement,
+                max_fit=options.fit_rows, rng=stream(51), mu=pooled.mean, cov=pooled.cov, basis=rot.complement,
             )
             rows.tables["complement"] = {"layer": ctx.layer, "head": ctx.head, **comp}
         omega, omega_r2 = strongest_plane(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from qkdb.ingest.complement import MAX_FIT
+
 
 @dataclass(frozen=True)
 class IngestOptions:
@@ -15,6 +17,9 @@ class IngestOptions:
     collage_heads: tuple[tuple[int, int], ...] = ()  # extra heads with complement scores in `points`
     n_collage: int = 4  # random.Random(42).sample(heads, n_collage) per model, like the seeds
     complement: bool = True  # complement pairs, RoPE planes and omega (SPEC §4.3)
+    # Pooled vectors per head (seeded subsample, Q and K in proportion) for the per-vector
+    # statistics of `complement` and `rope_planes`; None uses every vector.
+    fit_rows: int | None = MAX_FIT
     seed: int = 0
     skip_bad_heads: bool = False
     # RoPE layout for `rope_planes` (None theta: frequencies are fitted)
@@ -28,6 +33,8 @@ class IngestOptions:
             raise ValueError(f"n_components must be >= 1, got {self.n_components}")
         if self.max_vectors is not None and self.max_vectors < 2:
             raise ValueError(f"max_vectors must be >= 2, got {self.max_vectors}")
+        if self.fit_rows is not None and self.fit_rows < 2:
+            raise ValueError(f"fit_rows must be >= 2 (or None for every vector), got {self.fit_rows}")
         if self.points < 0:
             raise ValueError(f"points must be >= 0, got {self.points}")
         if self.rope_pairing not in ("half", "interleaved"):

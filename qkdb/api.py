@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from qkdb.errors import InputError, RegistryError
 from qkdb.ingest import registry
+from qkdb.ingest.complement import MAX_FIT
 from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
 from qkdb.ingest.layout import discover, read_metadata
 from qkdb.ingest.options import IngestOptions
@@ -164,6 +165,7 @@ def ingest(
     points: int = 512,
     collage: tuple[tuple[int, int], ...] = (),
     complement: bool = True,
+    fit_rows: int | None = MAX_FIT,
     seed: int = 0,
     skip_bad_heads: bool = False,
     workers: int | None = None,
@@ -189,6 +191,10 @@ def ingest(
         dataset's ``qkdb_dataset.json``.
     heads : str, optional
         Selection like ``"0-3"`` (layers), ``"5"`` or ``"l03h07,l05h01"``.
+    fit_rows : int or None
+        Pooled vectors per head (a seeded subsample, Q and K in proportion) for the per-vector
+        statistics of the ``complement`` and ``rope_planes`` tables; None uses every vector. The
+        cost of that stage grows with it, its noise floor shrinks as ``1/sqrt(fit_rows/2)``.
     force : bool
         Re-ingest even when the same data was already ingested with the same parameters.
     endpoint, cache_dir, token
@@ -212,11 +218,15 @@ def ingest(
         rope_scaling=json.dumps(rope_scaling, sort_keys=True) if isinstance(rope_scaling, dict) else rope_scaling,
     )
     store.check_model_name(spec.model)
-    options = IngestOptions(
-        n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
-        collage_heads=tuple(collage), complement=complement, seed=seed, skip_bad_heads=skip_bad_heads,
-        rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing, rope_scaling=spec.rope_scaling,
-    )
+    try:
+        options = IngestOptions(
+            n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
+            collage_heads=tuple(collage), complement=complement, fit_rows=fit_rows, seed=seed,
+            skip_bad_heads=skip_bad_heads, rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing,
+            rope_scaling=spec.rope_scaling,
+        )
+    except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
+        raise InputError(str(exc)) from None
     _check_rope(options)
     selection = HeadSelection.parse(heads)
     hub_source = None

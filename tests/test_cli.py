@@ -108,6 +108,22 @@ def test_missing_key_folder_is_named(runner, dataset):
     assert "key head folder(s) missing" in result.stderr and "l00h02k" in result.stderr
 
 
+@pytest.mark.parametrize(("value", "ok"), [("all", True), ("300", True), ("1", False), ("many", False)])
+def test_fit_rows_takes_a_count_or_all(runner, dataset, value, ok):
+    result = _ingest(runner, dataset, "--fit-rows", value)
+    if ok:
+        assert result.exit_code == 0, result.stderr
+    else:
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: --fit-rows takes a number of vectors") and "Traceback" not in result.stderr
+
+
+def test_out_of_range_option_is_a_one_line_error(runner, dataset):
+    result = _ingest(runner, dataset, "--points", "-3")
+    assert result.exit_code == 2
+    assert result.stderr == "error: points must be >= 0, got -3\n"
+
+
 def test_debug_shows_the_traceback(runner):
     result = runner.invoke(app, ["--debug", "query", "drop view heads"])
     assert result.exit_code != 0 and result.exception is not None

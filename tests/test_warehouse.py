@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -256,6 +257,40 @@ def test_head_dim_differing_between_query_and_key_is_named(dataset, home):
     _rewrite(path, data.vectors[:, :8], data.positions)
     with pytest.raises(qkdb.QkdbError, match=r"l00h00q.*head_dim 16 differs from its key head's 8.*l00h00k"):
         qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    assert not store.is_ingested(home, "toy")
+
+
+def test_fit_rows_subsamples_only_the_phase_statistics_and_is_recorded(dataset, home):
+    # 800 vectors per file: 1,600 pooled per head, fewer than the default 2,048 (all are used).
+    for model, rows in (("every", None), ("ample", 100_000), ("default", 2048), ("few", 200)):
+        qkdb.ingest(dataset, model, workers=1, fit_rows=rows, **FACTS)
+    con = qkdb.connect(home)
+
+    def rows_of(model, sql):
+        return con.execute(sql.format(model=model)).fetchall()
+
+    stats = "select angle_r, ring, omega_r_squared from complement where model = '{model}' order by layer, head, pair"
+    planes = "select coherence_q, coherence_k, radius_q from rope_planes where model = '{model}' order by layer, head, j"
+    exact = "select var_frac from complement where model = '{model}' order by layer, head, pair"
+    core = "select * exclude (model, omega, omega_r_squared) from head_metrics where model = '{model}' order by layer, head"
+    assert rows_of("every", stats) == rows_of("ample", stats) == rows_of("default", stats)
+    assert rows_of("every", planes) == rows_of("ample", planes)
+    assert rows_of("few", stats) != rows_of("every", stats)  # 200 rows: another sample, other values
+    assert rows_of("few", planes) != rows_of("every", planes)
+    assert rows_of("few", exact) == rows_of("every", exact)  # var_frac never subsamples
+    assert rows_of("few", core) == rows_of("every", core)  # nor anything outside §4.3 (omega is of it)
+    recorded = {m: json.loads(p)["fit_rows"] for m, p in con.execute(
+        "select model, parameters from ingest_runs").fetchall()}
+    assert recorded == {"every": None, "ample": 100_000, "default": 2048, "few": 200}
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (dict(fit_rows=1), "fit_rows must be >= 2"), (dict(points=-1), "points must be >= 0"),
+    (dict(n_components=0), "n_components must be >= 1"),
+])
+def test_out_of_range_options_are_input_errors_before_any_work(dataset, home, option, message):
+    with pytest.raises(qkdb.QkdbError, match=message):
+        qkdb.ingest(dataset, "toy", workers=1, **option, **FACTS)
     assert not store.is_ingested(home, "toy")
 
 

@@ -13,6 +13,19 @@ from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
 from qkdb.errors import InputError, QkdbError
 from qkdb.ingest import registry
+from qkdb.ingest.complement import MAX_FIT
+
+
+def _parse_fit_rows(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        rows = int(text)
+    except ValueError:
+        rows = 0
+    if rows < 2:
+        raise InputError(f"--fit-rows takes a number of vectors (at least 2) or 'all', not {text!r}")
+    return rows
 
 
 def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
@@ -50,6 +63,7 @@ def ingest(
     points: Annotated[int, typer.Option("--points", help="Sampled points per kind and head for scatter figures.")] = 512,
     collage_heads: Annotated[Optional[str], typer.Option("--collage-heads", help="Extra heads (l03h07,…) whose complement scores are stored.")] = None,
     no_complement: Annotated[bool, typer.Option("--no-complement", help="Skip complement pairs and RoPE planes.")] = False,
+    fit_rows: Annotated[str, typer.Option("--fit-rows", help="Vectors per head (seeded, Q and K in proportion) for the complement and RoPE-plane statistics, or 'all'. Fewer is faster and noisier.")] = str(MAX_FIT),
     seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
     skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: cores).")] = None,
@@ -70,7 +84,8 @@ def ingest(
         repo=repo, revision=revision, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
         n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
         rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components, b_method=b_method,
-        points=points, collage=_parse_collage(collage_heads), complement=not no_complement, seed=seed,
+        points=points, collage=_parse_collage(collage_heads), complement=not no_complement,
+        fit_rows=_parse_fit_rows(fit_rows), seed=seed,
         skip_bad_heads=skip_bad_heads, workers=workers, force=force, wait=wait, home=home, cache_dir=cache_dir,
     )
     if len(names) == 1:
