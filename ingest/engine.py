@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -125,37 +125,60 @@ def run_groups(
     options: IngestOptions,
     collage: set[tuple[int, int]],
     workers: int = 1,
-    on_outcome: Callable[[HeadOutcome], None] | None = None,
 ) -> Iterator[HeadOutcome]:
-    """Process groups (lazily consumed) and yield each head's outcome as it completes."""
+    """Process groups (lazily consumed) and yield each head's outcome as it completes.
+
+    With several workers the pool is started and the first groups are submitted before this
+    returns, so that whatever the caller prepares next overlaps their work. Exhaust or ``close()``
+    the iterator: closing it shuts the pool down.
+    """
     frozen = frozenset(collage)
     if workers <= 1:
-        # In this process too, one BLAS thread: on 128 × 128 matrices more threads only contend.
-        # (Set once: each change costs ~2 ms; the caller's code between heads uses no BLAS.)
-        import scipy.linalg  # noqa: F401  (load its BLAS so that the limit applies to it)
+        return _in_process(groups, spec, options, frozen)
+    outcomes = _in_pool(groups, spec, options, frozen, workers)
+    next(outcomes)  # runs up to its first submissions
+    return outcomes
 
-        with threadpool_limits(1):
-            for group in groups:
-                yield from process_group(group, spec, options, frozen)
-        return
+
+def _in_process(groups, spec, options, frozen) -> Iterator[HeadOutcome]:
+    # In this process too, one BLAS thread: on 128 × 128 matrices more threads only contend.
+    # (Set once: each change costs ~2 ms; the caller's code between heads uses no BLAS.)
+    import scipy.linalg  # noqa: F401  (load its BLAS so that the limit applies to it)
+
+    with threadpool_limits(1):
+        for group in groups:
+            yield from process_group(group, spec, options, frozen)
+
+
+def _in_pool(groups, spec, options, frozen, workers) -> Iterator[HeadOutcome | None]:
+    """Yields None once the first groups are submitted, then every outcome."""
     in_flight: set[Future] = set()
     limit = 2 * workers  # bounded look-ahead keeps memory flat
     it = iter(groups)
     exhausted = False
+
+    def fill() -> None:
+        nonlocal exhausted, in_flight
+        while not exhausted and len(in_flight) < limit:
+            try:
+                group = next(it)
+            except StopIteration:
+                exhausted = True
+                break
+            in_flight.add(pool.submit(process_group, group, spec, options, frozen))
+
     with _pool(workers) as pool:
-        while True:
-            while not exhausted and len(in_flight) < limit:
-                try:
-                    group = next(it)
-                except StopIteration:
-                    exhausted = True
-                    break
-                in_flight.add(pool.submit(process_group, group, spec, options, frozen))
-            if not in_flight:
-                return
-            done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-            for fut in done:
-                yield from fut.result()
+        try:
+            fill()
+            yield None
+            while in_flight:
+                done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    yield from fut.result()
+                fill()
+        finally:
+            for fut in in_flight:  # closed early (an error, or the caller gave up): drop what waits
+                fut.cancel()
 
 
 def default_workers() -> int:

@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -33,6 +33,9 @@ from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.catalog import ensure_catalog, open_catalog
 from qkdb.warehouse.home import catalog_path, ensure_writable, resolve_home
 from qkdb.warehouse.schema import INGEST_RUNS, MODELS, TABLES
+
+if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
+    import duckdb
 
 Progress = Callable[..., None]
 
@@ -279,14 +282,16 @@ def _ingest_groups(
     total = len(planned)
     collage = collage_heads(planned, options)
     lock = store.acquire_model(home, spec.model, wait)
-    staging = None
+    staging = outcomes = None
     try:
+        # Workers start on the first groups now: preparing the warehouse overlaps their work.
+        outcomes = run_groups(groups, spec, options, collage, workers)
         store.cleanup_model(home, spec.model)
         ensure_catalog(home)
         staging = store.Staging(home, spec.model)
         progress("start", model=spec.model, total=total)
         done, skipped, d = 0, [], None
-        for outcome in run_groups(groups, spec, options, collage, workers):
+        for outcome in outcomes:
             name = f"l{outcome.layer:02d}h{outcome.head:02d}"
             if outcome.error is not None:
                 if not options.skip_bad_heads:
@@ -325,6 +330,8 @@ def _ingest_groups(
             spec.model, home, run_id, done, len(skipped), skipped, notes, time.perf_counter() - t0
         )
     finally:
+        if outcomes is not None:
+            outcomes.close()  # (an error: stops the pool)
         if staging is not None:
             staging.discard()
         lock.release()
@@ -361,6 +368,7 @@ def info(home: str | os.PathLike | None = None) -> dict:
     """Facts about the warehouse: paths, sizes per table, models, library versions."""
     import platform
 
+    import duckdb
     import numpy
     import pyarrow
 

@@ -126,6 +126,33 @@ def test_workers_give_the_same_numbers(dataset, home, tmp_path):
         con.close()
 
 
+def test_run_groups_submits_at_once_and_closing_it_stops_the_pool(dataset, monkeypatch):
+    from concurrent.futures import ProcessPoolExecutor
+
+    from qkdb.ingest.engine import plan_groups, run_groups
+    from qkdb.ingest.layout import discover
+    from qkdb.ingest.options import IngestOptions
+    from qkdb.ingest.registry import ModelSpec
+
+    calls = []
+    for name in ("submit", "shutdown"):
+        real = getattr(ProcessPoolExecutor, name)
+        monkeypatch.setattr(ProcessPoolExecutor, name,
+                            lambda self, *a, _n=name, _f=real, **k: calls.append(_n) or _f(self, *a, **k))
+    groups = plan_groups(discover(dataset), 2)
+    spec, options = ModelSpec(model="toy", n_layers=2, gqa_ratio=2), IngestOptions(points=0, complement=False)
+    outcomes = run_groups(groups, spec, options, set(), workers=2)
+    assert calls == ["submit"] * 4  # before anything is asked of it: the look-ahead of 2 per worker
+    first = next(outcomes)
+    assert first.error is None and first.rows is not None
+    outcomes.close()
+    assert calls[-1] == "shutdown"  # closed early: the pool is shut down, not left running
+    with pytest.raises(StopIteration):
+        next(outcomes)
+    everything = list(run_groups(groups, spec, options, set(), workers=2))
+    assert sorted((o.layer, o.head) for o in everything) == [(l, h) for l in range(2) for h in range(4)]
+
+
 def test_same_model_concurrently_is_refused(dataset, home):
     lock = store.acquire_model(home, "toy")
     try:

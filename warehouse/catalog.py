@@ -14,8 +14,8 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
@@ -25,6 +25,9 @@ from qkdb.warehouse.home import catalog_path, ensure_writable
 from qkdb.warehouse.schema import TABLES, Table
 from qkdb.warehouse.store import LOCKS
 from qkdb.warehouse.views import create_views, load_view_files
+
+if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
+    import duckdb
 
 CATALOG_FORMAT = 1  # bump when the on-disk layout changes incompatibly
 SCHEMA_DIR = ".schema"
@@ -69,6 +72,8 @@ def _write_schema_files(home: Path) -> None:
 
 
 def _read_meta(path: Path) -> dict[str, str]:
+    import duckdb
+
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.IOException:
@@ -113,6 +118,8 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
     When another process keeps the catalog open and it already exists, the data is still
     readable (the views' globs see new models); only a layout change waits for the next chance.
     """
+    import duckdb
+
     path = catalog_path(home)
     fp = fingerprint(home)
     meta = _read_meta(path) if path.exists() else {}
@@ -157,6 +164,8 @@ def _has_meta(con: duckdb.DuckDBPyConnection) -> bool:
 
 def open_catalog(home: Path, read_only: bool = True, wait: float = 10.0) -> duckdb.DuckDBPyConnection:
     """A connection to the catalog with every view ready (created on first use)."""
+    import duckdb
+
     path = catalog_path(home)
     if not path.exists() and read_only:
         ensure_writable(home)

@@ -21,11 +21,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import duckdb
 
 from qkdb.errors import QueryError
 from qkdb.warehouse.schema import TABLES
+
+if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
+    import duckdb
 
 _COLUMN = re.compile(r"^column\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$", re.IGNORECASE)
 _KEY = re.compile(r"^(seed|depends)\s*:\s*(.*)$", re.IGNORECASE)
