@@ -158,7 +158,7 @@ def _in_pool(groups, spec, options, frozen, workers) -> Iterator[HeadOutcome | N
     exhausted = False
 
     def fill() -> None:
-        nonlocal exhausted, in_flight
+        nonlocal exhausted
         while not exhausted and len(in_flight) < limit:
             try:
                 group = next(it)

@@ -14,6 +14,7 @@ from qkdb.cli.progress import ingest_progress
 from qkdb.errors import InputError, QkdbError
 from qkdb.ingest import registry
 from qkdb.ingest.complement import MAX_FIT
+from qkdb.ingest.workers import keep_freed_memory
 
 
 def _parse_fit_rows(text: str) -> int | None:
@@ -77,8 +78,6 @@ def ingest(
     # This process is the CLI's own, so it is tuned like a worker: it computes the heads itself
     # (one worker), or receives and stages every head's rows, converting them in row groups of
     # fresh MiB-sized arrays (otherwise faulted in anew each time: ~0.1 s of a full ingest).
-    from qkdb.ingest.workers import keep_freed_memory
-
     keep_freed_memory()
     kwargs = dict(
         repo=repo, revision=revision, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
