@@ -22,7 +22,7 @@ def n_rows(columns: dict) -> int:
 
 def check_columns(table: Table, columns: dict) -> None:
     """Raise KeyError naming the columns that ``table`` does not have (``model`` is the partition)."""
-    unknown = set(columns) - set(table.arrow_schema.names) - {"model"}
+    unknown = columns.keys() - table.accepted_columns
     if unknown:
         raise KeyError(f"columns not in table {table.name}: {sorted(unknown)}")
 

@@ -40,6 +40,11 @@ class Table:
         return pa.schema([pa.field(c.name, c.type) for c in self.columns if c.name != "model"])
 
     @cached_property
+    def accepted_columns(self) -> frozenset[str]:
+        """Names a row of this table may give: its file columns and the partition column ``model``."""
+        return frozenset(self.arrow_schema.names) | {"model"}
+
+    @cached_property
     def dictionary_columns(self) -> tuple[str, ...]:
         """Columns worth parquet's dictionary encoding: the top-level ones that are not floats.
 
