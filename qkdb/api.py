@@ -297,7 +297,8 @@ def _ingest_groups(
                 if not options.skip_bad_heads:
                     raise InputError(outcome.error)
                 skipped.append((name, outcome.error))
-                progress("head", layer=outcome.layer, head=outcome.head, ok=False, reason=outcome.error)
+                progress("head", model=spec.model, layer=outcome.layer, head=outcome.head, ok=False,
+                         reason=outcome.error)
                 continue
             rows = outcome.rows
             for table_name, cols in rows.tables.items():
@@ -305,7 +306,7 @@ def _ingest_groups(
             d = rows.tables["heads"]["head_dim"]
             notes.extend(rows.notes)
             done += 1
-            progress("head", layer=outcome.layer, head=outcome.head, ok=True)
+            progress("head", model=spec.model, layer=outcome.layer, head=outcome.head, ok=True)
             store.pause_for_tests("QKDB_TEST_HEAD_DELAY")
         if done == 0:
             raise InputError(f"{location}: no head could be ingested ({len(skipped)} skipped)")

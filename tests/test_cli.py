@@ -124,6 +124,25 @@ def test_out_of_range_option_is_a_one_line_error(runner, dataset):
     assert result.stderr == "error: points must be >= 0, got -3\n"
 
 
+def test_progress_display_counts_every_head_of_a_real_ingest(dataset, tmp_path):
+    import qkdb
+    from qkdb.cli.progress import IngestDisplay
+
+    events = []
+    display = IngestDisplay()
+
+    def record(event, **info):
+        events.append((event, info.get("model")))
+        display(event, **info)
+
+    with display.bar:
+        qkdb.ingest(dataset, "toy", family="Toy", gqa_ratio=2, n_layers=2, workers=1, points=0,
+                    home=tmp_path / "h", progress=record)
+    assert [e for e in events if e[0] == "head"] == [("head", "toy")] * 8  # every event names its model
+    task = display.bar.tasks[display.heads["toy"]]
+    assert task.completed == task.total == 8 and task.fields["detail"] == "8/8 heads"
+
+
 def test_debug_shows_the_traceback(runner):
     result = runner.invoke(app, ["--debug", "query", "drop view heads"])
     assert result.exit_code != 0 and result.exception is not None

@@ -14,39 +14,45 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.0f} MB" if n < 1e9 else f"{n / 1e9:,.2f} GB"
 
 
+class IngestDisplay:
+    """The progress callback for ``qkdb.api.ingest(progress=...)``: a bar of heads per model, one of bytes per download."""
+
+    def __init__(self) -> None:
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        )
+        self.heads: dict[str, int] = {}  # model -> task id
+        self.downloads: dict[str, int] = {}
+
+    def __call__(self, event: str, **info) -> None:
+        bar, model = self.bar, info.get("model", "")
+        if event == "start":
+            total = info.get("total") or 0
+            self.heads[model] = bar.add_task(f"ingest {model}", total=total, detail=f"0/{total} heads")
+        elif event == "head" and model in self.heads:
+            task = self.heads[model]
+            bar.advance(task)
+            t = bar.tasks[task]
+            bar.update(task, detail=f"{int(t.completed)}/{int(t.total or 0)} heads")
+        elif event == "download":
+            total, done = info.get("total") or 0, info.get("done") or 0
+            if model not in self.downloads:
+                self.downloads[model] = bar.add_task(f"download {model}", total=total or None, detail="")
+            bar.update(self.downloads[model], total=total or None, completed=done, detail=f"{_mb(done)}/{_mb(total)}")
+
+
 @contextlib.contextmanager
 def ingest_progress(quiet: bool = False) -> Iterator:
     """Yields the callback for ``qkdb.api.ingest(progress=...)``: heads per model, bytes per download."""
     if quiet:
         yield lambda *a, **k: None
         return
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    )
-    heads: dict[str, int] = {}
-    downloads: dict[str, int] = {}
-
-    def callback(event: str, **info) -> None:
-        model = info.get("model", "")
-        if event == "start":
-            total = info.get("total") or 0
-            heads[model] = bar.add_task(f"ingest {model}", total=total, detail=f"0/{total} heads")
-        elif event == "head" and model in heads:
-            task = heads[model]
-            bar.advance(task)
-            t = bar.tasks[task]
-            bar.update(task, detail=f"{int(t.completed)}/{int(t.total or 0)} heads")
-        elif event == "download":
-            total, done = info.get("total") or 0, info.get("done") or 0
-            if model not in downloads:
-                downloads[model] = bar.add_task(f"download {model}", total=total or None, detail="")
-            bar.update(downloads[model], total=total or None, completed=done, detail=f"{_mb(done)}/{_mb(total)}")
-
-    with bar:
-        yield callback
+    display = IngestDisplay()
+    with display.bar:
+        yield display
