@@ -560,7 +560,6 @@ def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W:
         if fit:
             from qkdb.ingest.complement import MAX_FIT
 
-            floor = median(runs["floor"])
             out += ["", "all tables by --fit-rows (vectors per head for the complement and RoPE-plane statistics; medians):",
                     f"{'run':<34}{'wall s':>8}{'CPU s':>8}{'/floor':>8}"]
             for label, rs in [*fit, (f"--fit-rows {MAX_FIT} (default)", runs["full"])]:

@@ -7,7 +7,8 @@ import sys
 def main() -> None:
     from qkdb.ingest.workers import is_ingest, start_workers, wants_workers
 
-    if is_ingest(sys.argv[1:]):
+    ingest = is_ingest(sys.argv[1:])
+    if ingest:
         # An ingest's own process does no linear algebra worth a second thread (its workers do,
         # with one thread each), but OpenBLAS would start one as numpy loads, and it would spin
         # ~0.1 s of CPU while this process imports the CLI: the critical path to the first head.
@@ -24,7 +25,7 @@ def main() -> None:
             pass
     from qkdb.cli import main as cli_main
 
-    if not is_ingest(sys.argv[1:]):
+    if not ingest:
         cli_main()
         return
     try:
