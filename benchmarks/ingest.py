@@ -18,6 +18,8 @@ What it does (docs/benchmarks.md explains the method and shows the figures of on
 
    * ``floor``: every file read into numpy with pyarrow and nothing else, by as many processes
      as the ingest has workers;
+   * ``floor_cov``: the floor plus each file's float64 moments by qkdb's ``moments`` (the products
+     SPEC §4 makes every ingest compute, whatever its reader);
    * ``read_head``: the same with qkdb's reader (vectors in float64, rows checked);
    * ``ingest core``: ``qkdb ingest --no-complement --points 0`` (tables pca, rotation, heads);
    * ``ingest full``: ``qkdb ingest`` with every table;
@@ -78,6 +80,23 @@ def _read_pyarrow(path: str) -> int:
     return X.shape[0]
 
 
+def _read_pyarrow_cov(path: str) -> int:
+    """The floor plus what SPEC §4 makes every ingest compute from each file: its float64 moments.
+
+    pyarrow's vectors go to qkdb's ``moments`` (widened to float64 block by block, centred, the
+    scatter matrix by BLAS ``syrk``, the covariance with position): the products no reader avoids.
+    """
+    import pyarrow.parquet as pq
+
+    from qkdb.ingest.moments import moments
+
+    table = pq.ParquetFile(path, memory_map=True).read(columns=["position", "vector"])
+    vec = table.column("vector").combine_chunks()
+    X = vec.flatten().to_numpy(zero_copy_only=True).reshape(len(vec), vec.type.list_size)
+    m = moments(X, table.column("position").to_numpy())
+    return m.n
+
+
 def _read_qkdb(path: str) -> int:
     from qkdb.ingest.layout import read_head
 
@@ -110,15 +129,25 @@ def _limit_blas() -> None:
     threadpool_limits(1)
 
 
+def _limit_numpy_blas() -> None:
+    from threadpoolctl import threadpool_limits
+
+    import numpy  # noqa: F401  (loaded first so that the limit reaches its BLAS; scipy is not needed)
+
+    threadpool_limits(1)
+
+
 def _step_main(argv: list[str]) -> None:
-    """Entry of the measured subprocesses: ``_floor|_readhead|_baseline ROOT WORKERS [OUT]``."""
+    """Entry of the measured subprocesses: ``_floor|_floorcov|_readhead|_baseline ROOT WORKERS [OUT]``."""
     from concurrent.futures import ProcessPoolExecutor
 
     step, root, workers = argv[0], argv[1], int(argv[2])
-    if step in ("_floor", "_readhead"):
-        fn = _read_pyarrow if step == "_floor" else _read_qkdb
+    if step in ("_floor", "_floorcov", "_readhead"):
+        fn = {"_floor": _read_pyarrow, "_floorcov": _read_pyarrow_cov, "_readhead": _read_qkdb}[step]
         files = _files(root)
-        with ProcessPoolExecutor(workers) as pool:
+        # One BLAS thread per process for the products, as the ingest's workers have.
+        init = _limit_numpy_blas if step == "_floorcov" else None
+        with ProcessPoolExecutor(workers, initializer=init) as pool:
             rows = sum(pool.map(fn, files, chunksize=4))
         print(json.dumps({"files": len(files), "rows": rows}))
         return
@@ -413,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     # other jobs on the machine falls on all of them alike.
     jobs: list[tuple[str, str, object, list[str]]] = [  # (group, label, parameter, command)
         ("main", "floor", None, me + ["_floor", str(data), str(W)]),
+        ("main", "floor_cov", None, me + ["_floorcov", str(data), str(W)]),
         ("main", "read_head", None, me + ["_readhead", str(data), str(W)]),
         ("main", "core", None, ingest_cmd(data, home, "bench-core", W, True)),
         ("main", "full", None, ingest_cmd(data, home, "bench-full", W, False)),
@@ -504,12 +534,13 @@ def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W:
         "",
         HEADER,
     ]
-    labels = {"floor": "floor: pyarrow read, no compute", "read_head": "qkdb read_head only",
+    labels = {"floor": "floor: pyarrow read, no compute", "floor_cov": "floor + float64 moments",
+              "read_head": "qkdb read_head only",
               "core": "qkdb ingest, core tables", "full": "qkdb ingest, all tables",
               "baseline": "baseline (published style, 1 proc)", "baseline_par": f"baseline, {W} processes"}
     for k, label in labels.items():
         if runs.get(k):
-            out.append(fmt_runs(label, runs[k], None if k in ("floor", "read_head") else heads))
+            out.append(fmt_runs(label, runs[k], None if k in ("floor", "floor_cov", "read_head") else heads))
     floor, cfloor = median(runs["floor"]), median(runs["floor"], "cpu")
     core, full = median(runs["core"]), median(runs["full"])
     out += [
@@ -525,6 +556,11 @@ def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W:
             f"{name} " + " ".join(f"{x:.2f}" for x in ratios) + f" (median {statistics.median(ratios):.2f})"
             for name, ratios in (("core", per_repetition(runs, "core")), ("all tables", per_repetition(runs, "full")))
         ),
+        # What no reader avoids: SPEC §4's float64 moments of every file, on top of decoding it.
+        f"floor + float64 moments/floor: {median(runs['floor_cov']) / floor:.2f}x wall, "
+        f"{median(runs['floor_cov'], 'cpu') / cfloor:.2f}x CPU (per repetition "
+        + " ".join(f"{x:.2f}" for x in per_repetition(runs, "floor_cov")) + "); core ingest/(floor + moments) "
+        f"{core / median(runs['floor_cov']):.2f}x",
     ]
     if runs.get("baseline"):
         b = median(runs["baseline"])

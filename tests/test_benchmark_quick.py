@@ -23,6 +23,7 @@ def test_quick_benchmark_runs(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     for text in ("floor: pyarrow read", "qkdb ingest, core tables", "baseline/ingest", "ingest/floor, wall", "per repetition: core",
+                 "floor + float64 moments",
                  "select * from head_metrics", "one row group per table"):
         assert text in out.stdout, text
     assert (tmp_path / "r.json").stat().st_size > 0
