@@ -68,14 +68,19 @@ def _files(root: str) -> list[str]:
     return sorted(str(p) for p in Path(root).rglob("data.parquet"))
 
 
-def _read_pyarrow(path: str) -> int:
-    """The floor: one file's vectors as an (n, d) numpy array and its positions, nothing else."""
+def _pyarrow_arrays(path: str):
+    """One file's vectors as an (n, d) numpy array and its positions, read by pyarrow."""
     import pyarrow.parquet as pq
 
     table = pq.ParquetFile(path, memory_map=True).read(columns=["position", "vector"])
     vec = table.column("vector").combine_chunks()
     X = vec.flatten().to_numpy(zero_copy_only=True).reshape(len(vec), vec.type.list_size)
-    t = table.column("position").to_numpy()
+    return X, table.column("position").to_numpy()
+
+
+def _read_pyarrow(path: str) -> int:
+    """The floor: one file's vectors and positions in numpy, nothing else."""
+    X, t = _pyarrow_arrays(path)
     assert len(t) == X.shape[0]
     return X.shape[0]
 
@@ -86,15 +91,9 @@ def _read_pyarrow_cov(path: str) -> int:
     pyarrow's vectors go to qkdb's ``moments`` (widened to float64 block by block, centred, the
     scatter matrix by BLAS ``syrk``, the covariance with position): the products no reader avoids.
     """
-    import pyarrow.parquet as pq
-
     from qkdb.ingest.moments import moments
 
-    table = pq.ParquetFile(path, memory_map=True).read(columns=["position", "vector"])
-    vec = table.column("vector").combine_chunks()
-    X = vec.flatten().to_numpy(zero_copy_only=True).reshape(len(vec), vec.type.list_size)
-    m = moments(X, table.column("position").to_numpy())
-    return m.n
+    return moments(*_pyarrow_arrays(path)).n
 
 
 def _read_qkdb(path: str) -> int:
