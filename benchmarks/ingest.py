@@ -119,19 +119,14 @@ def _baseline_head(q_path: str, k_path: str) -> dict:
     return {"layer": int(name[1:3]), "head": int(name[4:6]), "r_q": r_q, "r_k": r_k}
 
 
-def _limit_blas() -> None:
+def _limit_blas(scipy_too: bool = True) -> None:
+    """One BLAS thread in this process (for scipy's BLAS library too unless ``scipy_too`` is False)."""
     from threadpoolctl import threadpool_limits
 
     import numpy  # noqa: F401  (load the BLAS libraries first so that the limit reaches them)
-    import scipy.linalg  # noqa: F401
 
-    threadpool_limits(1)
-
-
-def _limit_numpy_blas() -> None:
-    from threadpoolctl import threadpool_limits
-
-    import numpy  # noqa: F401  (loaded first so that the limit reaches its BLAS; scipy is not needed)
+    if scipy_too:  # (importing scipy costs ~0.1 s a process: only where the step uses it)
+        import scipy.linalg  # noqa: F401
 
     threadpool_limits(1)
 
@@ -145,8 +140,8 @@ def _step_main(argv: list[str]) -> None:
         fn = {"_floor": _read_pyarrow, "_floorcov": _read_pyarrow_cov, "_readhead": _read_qkdb}[step]
         files = _files(root)
         # One BLAS thread per process for the products, as the ingest's workers have.
-        init = _limit_numpy_blas if step == "_floorcov" else None
-        with ProcessPoolExecutor(workers, initializer=init) as pool:
+        init = _limit_blas if step == "_floorcov" else None
+        with ProcessPoolExecutor(workers, initializer=init, initargs=(False,) if init else ()) as pool:
             rows = sum(pool.map(fn, files, chunksize=4))
         print(json.dumps({"files": len(files), "rows": rows}))
         return
