@@ -20,7 +20,7 @@ What it does (docs/benchmarks.md explains the method and shows the figures of on
      as the ingest has workers;
    * ``floor_cov``: the floor plus each file's float64 moments by qkdb's ``moments`` (the products
      SPEC §4 makes every ingest compute, whatever its reader);
-   * ``read_head``: the same with qkdb's reader (vectors in float64, rows checked);
+   * ``read_head``: the floor's reading done by qkdb's reader (vectors in float64, rows checked);
    * ``ingest core``: ``qkdb ingest --no-complement --points 0`` (tables pca, rotation, heads);
    * ``ingest full``: ``qkdb ingest`` with every table;
    * ``baseline``: the published style — pandas read, ``np.stack``, scikit-learn PCA and scipy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ def test_quick_benchmark_runs(tmp_path):
                  "select * from head_metrics", "one row group per table"):
         assert text in out.stdout, text
     assert (tmp_path / "r.json").stat().st_size > 0
+    # The floor + moments step took the moments of every vector the floor read.
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert runs["floor_cov"][0]["extra"]["rows"] == runs["floor"][0]["extra"]["rows"] > 0
 
 
 @pytest.mark.slow
