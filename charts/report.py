@@ -24,7 +24,8 @@ MODEL_COLUMNS = (
     "model", "family", "series", "phase", "step", "n_layers", "n_q_heads", "n_kv_heads", "head_dim",
     "n_heads", "source", "ingested_at",
 )
-FINDING_COLUMNS = ("id", "finding", "statement", "scope", "seed_value", "measured", "status")
+STATUSES = ("holds", "does not hold", "inconclusive", "no data")
+FINDING_COLUMNS = ("id", "finding", "statement", "scope", "seed_value", "measured", "criterion", "status")
 
 CSS = """
 body { font-family: "DejaVu Sans", "Liberation Sans", Verdana, sans-serif; margin: 24px auto; max-width: 1500px;
@@ -37,7 +38,11 @@ th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-al
 th { background: #f3f3f3; position: sticky; top: 0; }
 tr.holds td.status { color: #1a7f37; font-weight: bold; }
 tr.does-not-hold td.status { color: #b2182b; font-weight: bold; }
+tr.inconclusive td.status { color: #8a5a00; font-weight: bold; }
 tr.no-data td { color: #999; }
+.verdicts span { font-weight: bold; margin-right: 1em; }
+.verdicts .holds { color: #1a7f37; } .verdicts .does-not-hold { color: #b2182b; }
+.verdicts .inconclusive { color: #8a5a00; } .verdicts .no-data { color: #999; }
 .figure { margin: 8px 0 24px; overflow-x: auto; }
 .missing { color: #8a5a00; background: #fff8e6; border-left: 3px solid #e0a800; padding: 6px 10px; font-size: 13px; }
 nav ul { columns: 2; font-size: 13px; }
@@ -177,9 +182,17 @@ def build_report(
     sections.append('<h2 id="findings">Findings</h2>')
     try:
         findings = report.findings = rows(con, f"select {', '.join(FINDING_COLUMNS)} from findings")
+        counts = {s: sum(1 for f in findings if f.get("status") == s) for s in STATUSES}
         sections.append(
-            '<p class="desc">Each headline finding of the seeds, measured on the ingested models '
-            "(view <code>findings</code>).</p>"
+            '<p class="verdicts">' + "".join(
+                f'<span class="{s.replace(" ", "-")}">{counts[s]} {html.escape(s)}</span>' for s in STATUSES
+            ) + "</p>"
+        )
+        sections.append(
+            '<p class="desc">Each headline finding of the seeds, measured on the ingested models with its 95% '
+            "interval in brackets (view <code>findings</code>). A claim <em>holds</em> or <em>does not hold</em> "
+            "only when the interval decides it against the criterion; otherwise it is <em>inconclusive</em>. "
+            "Methods and margins: <code>qkdb describe findings</code>, docs/findings.md.</p>"
         )
         sections.append(_table(FINDING_COLUMNS, findings, row_class=lambda d: (d.get("status") or "").replace(" ", "-")))
     except (ChartError, duckdb.Error) as exc:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from qkdb.errors import InputError, RegistryError
+from qkdb.errors import InputError, QkdbError, RegistryError
 from qkdb.ingest import registry
 from qkdb.ingest.complement import MAX_FIT
 from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
@@ -28,9 +28,9 @@ from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
 from qkdb.ingest.workers import start_workers
-from qkdb.warehouse import store
+from qkdb.warehouse import intervals, store
 from qkdb.warehouse.batches import to_batch
-from qkdb.warehouse.catalog import ensure_catalog, open_catalog
+from qkdb.warehouse.catalog import ensure_catalog, open_catalog, refresh_intervals
 from qkdb.warehouse.home import catalog_path, ensure_writable, resolve_home
 from qkdb.warehouse.schema import INGEST_RUNS, MODELS, TABLES
 
@@ -61,6 +61,16 @@ def connect(home: str | os.PathLike | None = None, read_only: bool = True) -> du
         Open the catalog read-only (the default; many readers can share it).
     """
     return open_catalog(resolve_home(home), read_only=read_only)
+
+
+def ensure_intervals(con: duckdb.DuckDBPyConnection) -> bool:
+    """Recompute the findings' intervals for this connection if they do not match what it sees.
+
+    They are computed whenever models are published, so this does nothing unless an ingest is
+    still running or was interrupted, or the connection changed what the findings read (e.g. a
+    params view of its own). Returns True when it recomputed them.
+    """
+    return intervals.ensure_current(con)
 
 
 @dataclass
@@ -326,6 +336,8 @@ def _ingest_groups(
             "skipped": json.dumps([{"head": h, "reason": r} for h, r in skipped]),
         }
         store.append(home, INGEST_RUNS, spec.model, run_id, pa.Table.from_batches([to_batch(INGEST_RUNS, run)]))
+        progress("intervals", model=spec.model)
+        notes.extend(_refresh_intervals(home))
         progress("done", model=spec.model, heads=done, skipped=len(skipped))
         return IngestResult(
             spec.model, home, run_id, done, len(skipped), skipped, notes, time.perf_counter() - t0
@@ -362,7 +374,24 @@ def remove(model: str, home: str | os.PathLike | None = None, wait: float = 0.0)
         store.remove(home_dir, model)
     finally:
         lock.release()
+    _refresh_intervals(home_dir)
     return True
+
+
+def _refresh_intervals(home: Path) -> list[str]:
+    """Recompute the findings' intervals after a publish or removal; a note when that could not be done.
+
+    The model is published (or removed) either way: the findings view then reads the old intervals
+    as out of date, and ``qkdb findings`` recomputes them for its session.
+    """
+    import duckdb
+    from filelock import Timeout
+
+    try:
+        refresh_intervals(home)
+    except (Timeout, duckdb.Error, OSError, QkdbError) as exc:
+        return [f"findings intervals not updated ({exc}); `qkdb findings` computes them when it runs"]
+    return []
 
 
 def info(home: str | os.PathLike | None = None) -> dict:

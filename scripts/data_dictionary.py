@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from qkdb.warehouse.schema import TABLES
+from qkdb.warehouse.schema import DERIVED, TABLES
 from qkdb.warehouse.views import create_views, load_view_files
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "data-dictionary.md"
@@ -66,7 +66,8 @@ def render() -> str:
         "",
         "Every table and view of the warehouse catalog `qk.duckdb`, with every column. The same",
         "descriptions are attached to the catalog (`COMMENT ON`), so `qkdb describe NAME`, DuckDB's",
-        "`duckdb_columns()` and any SQL client show them too. Tables are hive-partitioned by `model`;",
+        "`duckdb_columns()` and any SQL client show them too. Tables are hive-partitioned by `model`",
+        "(except `finding_intervals`, one file for the whole warehouse, rewritten after every publish);",
         "the views are the findings of seeds 002 and 003 (see [findings.md](findings.md)).",
         "",
         "## Tables",
@@ -74,8 +75,9 @@ def render() -> str:
         "| table | description |",
         "|---|---|",
     ]
-    out += [f"| [`{t.name}`](#{t.name}) | {_cell(t.doc)} |" for t in TABLES.values()]
-    for t in TABLES.values():
+    tables = [*TABLES.values(), *DERIVED.values()]
+    out += [f"| [`{t.name}`](#{t.name}) | {_cell(t.doc)} |" for t in tables]
+    for t in tables:
         out += ["", f"### {t.name}", "", _cell(t.doc), "", "| column | type | description |", "|---|---|---|"]
         out += [f"| `{c}` | {typ} | {_cell(doc)} |" for c, typ, doc in _columns(con, t.name)]
     out += ["", "## Views", "", "| view | description |", "|---|---|"]

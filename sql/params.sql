@@ -20,9 +20,12 @@
 -- Column rope_min_turns: ... and it turns at least this many times over the positions (SPEC §4.3: 1).
 -- Column long_context_phase: LIKE pattern on models.phase marking long-context training checkpoints ('lc%' matches SmolLM3's 'lc-4k-to-32k', 'lc-32k-to-64k').
 -- Column early_end_step: Last training step of the "early training" window of seed 003 Finding 5 and seed 002 Finding 6 (first 1.2M steps).
--- Column tol_abs: findings: a fraction or correlation holds "approximately" when within this absolute distance of the seed's value.
--- Column tol_ratio: findings: a magnitude (Fisher ratio, units, slope ratio) holds when within this factor of the seed's value; a change holds when at least 1/tol_ratio of the seed's change, same sign.
--- Column lemma_max: findings: the drift lemma holds when max residual_pos_r is below this (float64 round-off is ~1e-14).
+-- Column margin_share: findings: equivalence margin of a share (a fraction of heads or of variance) around the seed's value, in absolute terms. Why 0.10: other texts, positions and head samples move a share by a few points, and the seed's own families differ by 10-30 points, so a closer match is not a claim the seed makes.
+-- Column margin_r: findings: equivalence margin of a correlation around the seed's value, in absolute terms. Why 0.10: the seed quotes correlations to two digits and its families differ by more than 0.1.
+-- Column margin_odds: findings: near 0 or 1 a share must also lie within this factor of the seed's odds (a correlation r: of the odds (1 + r)/(1 - r)). Why 2: 7% does not match a claimed 1%, nor 90% a claimed 99%; a factor 2 on the odds is 0.5-2% around 1% and +-10 points near 50%.
+-- Column margin_ratio: findings: equivalence margin of a magnitude (Fisher ratio, units, slope ratio) as a factor around the seed's value. Why 2: these scale with head dimension, text and model size, which the seed does not fix.
+-- Column margin_change: findings: a change between checkpoints is tested against this fraction of the seed's change. Why 0.5: "bias collapses by 91%" is not confirmed by a 10% drop; half the seed's change, in its direction, is.
+-- Column lemma_max: findings: the drift lemma holds when max residual_pos_r is below this. Why 1e-10: float64 round-off is ~1e-14; a real failure of the lemma is of order 1.
 select
     0.7::double as taxonomy_high,
     0.3::double as taxonomy_low,
@@ -34,6 +37,9 @@ select
     1.0::double as rope_min_turns,
     'lc%'::varchar as long_context_phase,
     1200000::bigint as early_end_step,
-    0.10::double as tol_abs,
-    2.0::double as tol_ratio,
+    0.10::double as margin_share,
+    0.10::double as margin_r,
+    2.0::double as margin_odds,
+    2.0::double as margin_ratio,
+    0.5::double as margin_change,
     1e-10::double as lemma_max

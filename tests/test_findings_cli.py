@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from test_views import build_tables, category, head_frame, make_connection
 
@@ -17,6 +18,7 @@ from qkdb.ingest import complement as ingest_complement
 from qkdb.ingest import rope_planes as ingest_rope_planes
 from qkdb.ingest.layout import read_metadata, write_metadata
 from qkdb.ingest.simulate import HeadParams, simulate
+from qkdb.warehouse import intervals
 from qkdb.warehouse.views import load_view_files
 
 # A seed-like warehouse: the registry names the findings' model groups look for, and a series.
@@ -66,14 +68,28 @@ def by_id(found, fid: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+STATUSES = {"holds", "does not hold", "inconclusive", "no data"}
+
+
 def test_every_finding_has_data_when_everything_is_ingested(found):
     assert len({i for i, _ in found}) == N_CLAIMS and len(found) == N_CLAIMS
     missing = [k for k, r in found.items() if r["status"] == "no data"]
     assert not missing
     for r in found.values():
-        assert r["status"] == ("holds" if r["holds"] else "does not hold")
-        assert r["criterion"].startswith("measured") and r["measured"] and r["seed_value"]
+        assert r["status"] in STATUSES - {"no data"}
+        assert r["holds"] == {"holds": True, "does not hold": False}.get(r["status"]) or (
+            r["status"] == "inconclusive" and _missing(r["holds"]))
+        assert r["criterion"] and r["measured"] and r["seed_value"] and r["ci_method"]
         assert r["seed"] in ("002", "003") and r["id"].startswith(r["seed"] + ".")
+        # Every row with data has an interval around its value, shown next to it.
+        lo, hi, v = r["ci_low"], r["ci_high"], r["measured_value"]
+        assert lo <= v + 1e-12 and v <= hi + 1e-12, r["id"]
+        if r["id"] != "002.lemma":
+            assert r["measured"].endswith("]"), r["id"]
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def test_findings_measure_what_pandas_measures(found, seed_tables):
@@ -109,70 +125,127 @@ def test_findings_measure_what_pandas_measures(found, seed_tables):
 
 
 def test_taxonomy_findings_and_their_verdicts(found):
-    # Planted: one head in five per category everywhere, so each share is exactly 20%; the
-    # verdicts follow |measured - seed| <= 0.10 (K-positional: < 1%; ranges such as 5-7% widened by 0.10).
+    # Planted: one head in five per category everywhere, so each share is exactly 20% of 120
+    # pooled heads in 6 models; the verdicts follow from the intervals and the bands.
     expect = {
-        "003.F4.mixed": False, "003.F4.position_dominated": True, "003.F4.q_positional": True,
-        "003.F4.content_focused": False, "003.F4.k_positional": False,
-        "003.F4.llama3.2.position_dominated": False, "003.F4.small_qwen3.position_dominated": False,
+        "003.F4.mixed": "does not hold",  # 55.4%: the interval ends far below 45.4%
+        "003.F4.position_dominated": "inconclusive",  # 26.6%: band 16.6-36.6% overlaps the interval
+        "003.F4.content_focused": "does not hold",  # 3.8%: band ends at 7.3% (odds x2)
+        "003.F4.k_positional": "does not hold",  # < 0.1%
     }
-    for fid, holds in expect.items():
+    for fid, status in expect.items():
         r = by_id(found, fid)
         assert r["measured_value"] == pytest.approx(0.2), fid
-        assert r["holds"] is holds, fid
-    # Every group has the same share, so Llama is not strictly the highest.
-    assert by_id(found, "003.F4.llama3.2.highest")["measured_value"] == pytest.approx(0.0)
-    assert by_id(found, "003.F4.llama3.2.highest")["holds"] is False
+        assert r["status"] == status, fid
+    # Every group has the same share, so Llama is not the highest, nor shown to be lower.
+    lead = by_id(found, "003.F4.llama3.2.highest")
+    assert lead["measured_value"] == pytest.approx(0.0) and lead["status"] == "inconclusive"
+    assert lead["ci_low"] < 0 < lead["ci_high"]
 
 
 def test_series_findings_recover_the_planted_decomposition(found):
     lc = by_id(found, "002.F6.lc_alpha_k")
-    assert lc["measured_value"] == pytest.approx(-90.0) and lc["holds"] is True
+    assert lc["measured_value"] == pytest.approx(-90.0) and lc["status"] == "holds"
     assert SEED_MODELS[7][0] in lc["scope"] and SEED_MODELS[8][0] in lc["scope"]
+    assert "paired bootstrap" in lc["ci_method"]
     assert by_id(found, "002.F6.lc_mu_q_a")["measured_value"] == pytest.approx(50.0)
     assert by_id(found, "002.F6.lc_bias")["measured_value"] == pytest.approx(-85.0)
-    assert by_id(found, "002.F6.lc_bias")["holds"] is True
+    assert by_id(found, "002.F6.lc_bias")["status"] == "holds"
     init = by_id(found, "002.F6.init_mu_q_a")
-    assert init["measured_value"] == pytest.approx(2.0) and init["holds"] is True
+    assert init["measured_value"] == pytest.approx(2.0) and init["status"] == "holds"
     assert init["measured"].startswith("2.0 -> 4.0")
     # Same alpha draws, mu_q_a doubled: bias +100% early (the seed: +75%).
     assert by_id(found, "002.F6.init_bias")["measured_value"] == pytest.approx(100.0)
 
 
-def test_holds_follows_the_accepted_interval(found):
-    tol_abs, tol_ratio = 0.10, 2.0
+def _band(seed: float, kind: str, margin=0.10, odds=2.0, ratio=2.0) -> tuple[float, float]:
+    """The equivalence band of a point claim, recomputed here (SPEC 6.1, params)."""
+    if kind == "ratio":
+        return seed / ratio, seed * ratio
+    p, m = (seed, margin) if kind == "share" else ((1 + seed) / 2, margin / 2)
+    lo = max(p - m, p / (p + odds * (1 - p)))
+    hi = min(p + m, odds * p / (1 - p + odds * p))
+    return (lo, hi) if kind == "share" else (2 * lo - 1, 2 * hi - 1)
+
+
+def _expected_status(r) -> str:
+    """The verdict SPEC 6.1 gives this row's interval, accept band or null, and test."""
+    lo, hi, a_lo, a_hi = r["ci_low"], r["ci_high"], r["accept_low"], r["accept_high"]
+    a_lo = None if _missing(a_lo) else a_lo
+    a_hi = None if _missing(a_hi) else a_hi
+    crit = r["criterion"]
+    if crit.startswith("value below"):
+        return "holds" if r["measured_value"] < a_hi else "does not hold"
+    if "within" in crit:
+        if lo >= a_lo and hi <= a_hi:
+            return "holds"
+        if "every model" in crit:
+            return "inconclusive" if hi >= a_lo and lo <= a_hi else "does not hold"  # (envelope: at least)
+        return "does not hold" if hi < a_lo or lo > a_hi else "inconclusive"
+    if r["id"] == "002.F5.simpson":
+        return "holds" if lo > 0 else "does not hold" if hi <= 0 else "inconclusive"
+    if a_lo is not None:
+        return "holds" if lo > a_lo else "does not hold" if hi < a_lo else "inconclusive"
+    return "holds" if hi < a_hi else "does not hold" if lo > a_hi else "inconclusive"
+
+
+def test_status_follows_the_interval(found):
     for r in found.values():
-        lo, hi, crit = r["accept_low"], r["accept_high"], r["criterion"]
-        lo = None if lo is None or math.isnan(lo) else lo
-        hi = None if hi is None or math.isnan(hi) else hi
-        strict = " > " in crit or " < " in crit
-        vlo = r["measured_low"] if r["measured_low"] is not None and not math.isnan(r["measured_low"]) else r["measured_value"]
-        vhi = r["measured_high"] if r["measured_high"] is not None and not math.isnan(r["measured_high"]) else r["measured_value"]
-        ok_lo = lo is None or (vlo > lo if strict else vlo >= lo)
-        ok_hi = hi is None or (vhi < hi if strict else vhi <= hi)
-        assert r["holds"] == (ok_lo and ok_hi), r["id"]
-    # The intervals come from the seed's number and the tolerances.
+        expected = _expected_status(r)
+        if "every model" in r["criterion"] and r["status"] == "does not hold":
+            assert expected == "inconclusive" or expected == "does not hold", r["id"]
+        else:
+            assert r["status"] == expected, r["id"]
+    # The bands come from the seed's number and the margins in params.
     near = by_id(found, "003.F1.pos_var_q")
-    assert (near["accept_low"], near["accept_high"]) == (pytest.approx(0.27 - tol_abs), pytest.approx(0.27 + tol_abs))
-    clipped = by_id(found, "002.F2.bias_positive")
-    assert clipped["accept_high"] == 1.0 and clipped["criterion"] == "measured in [89.0%, 100.0%]"
+    assert (near["accept_low"], near["accept_high"]) == tuple(pytest.approx(v) for v in _band(0.27, "share"))
+    assert near["criterion"] == "interval within [17.0%, 37.0%]"
+    rare = by_id(found, "002.F2.bias_negative")  # 1% claimed: a band of 0.48-1.90%, so 7% does not match
+    assert (rare["accept_low"], rare["accept_high"]) == tuple(pytest.approx(v) for v in _band(0.0096, "share"))
+    assert rare["accept_high"] < 0.02
+    high = by_id(found, "002.F2.bias_positive")
+    assert (high["accept_low"], high["accept_high"]) == tuple(pytest.approx(v) for v in _band(0.99, "share"))
+    r_near_one = by_id(found, "002.F1.abs_r_k_a")
+    assert (r_near_one["accept_low"], r_near_one["accept_high"]) == tuple(pytest.approx(v) for v in _band(0.87, "r"))
     factor = by_id(found, "003.F2.fisher")
-    assert (factor["accept_low"], factor["accept_high"]) == (44 / tol_ratio, 44 * tol_ratio)
+    assert (factor["accept_low"], factor["accept_high"]) == (44 / 2, 44 * 2)
     change = by_id(found, "002.F6.lc_bias")
-    assert change["accept_low"] is None or math.isnan(change["accept_low"])
-    assert change["accept_high"] == pytest.approx(-91 / tol_ratio) and change["criterion"] == "measured <= -46%"
+    assert _missing(change["accept_low"])
+    assert change["accept_high"] == pytest.approx(-91 / 2) and change["criterion"].startswith("interval below -46%")
     sign = by_id(found, "002.F5.overall")
-    assert sign["accept_low"] == 0 and sign["criterion"] == "measured > 0.00"
+    assert sign["accept_low"] == 0 and sign["criterion"] == "interval above 0.00"
 
 
-def test_tolerances_are_parameters(seed_tables):
+def test_margins_are_parameters_and_stale_intervals_are_not_used(seed_tables):
     c = make_connection(seed_tables)
-    c.execute("create temp view params as select * replace (0.0 as tol_abs) from memory.main.params")
-    r = c.execute("select holds from findings where id = '003.F4.position_dominated'").fetchall()
-    assert r == [(False,)]  # 20% is no longer within 0 of 26.6%
-    c.execute("create or replace temp view params as select * replace (0.2 as tol_abs) from memory.main.params")
-    assert c.execute("select holds from findings where id = '003.F4.mixed'").fetchall() == [(False,)]
-    assert c.execute("select holds from findings where id = '003.F4.content_focused'").fetchall() == [(True,)]
+    q = "select status, ci_method from findings where id = '003.F4.position_dominated'"
+    assert c.execute(q).fetchall()[0][0] == "inconclusive"  # 20% [10.8, 30.8] against 16.6-36.6%
+    c.execute("create temp view params as select * replace (0.3 as margin_share, 10.0 as margin_odds) from memory.main.params")
+    # The params changed: the stored intervals no longer belong to the data, so they are not used.
+    status, method = c.execute(q).fetchall()[0]
+    assert status == "inconclusive" and method.startswith("interval out of date")
+    assert not intervals.is_current(c)
+    assert intervals.ensure_current(c) and intervals.is_current(c)
+    assert c.execute(q).fetchall()[0][0] == "holds"  # the band is now 3.5-56.6%
+    c.execute("create or replace temp view params as select * replace (0.0 as margin_share) from memory.main.params")
+    intervals.ensure_current(c)
+    # No margin: only 26.6% exactly would do, which no interval can show, and 26.6% lies inside it.
+    assert c.execute(q).fetchall()[0][0] == "inconclusive"
+
+
+def test_an_interval_for_other_data_is_never_used(seed_tables):
+    c = make_connection(seed_tables)
+    fid = "003.F1.pos_var_q"
+    stored = c.sql("select * from finding_intervals").to_arrow_table()
+    # Same fingerprint, but the estimate of another value: as if the view's definition changed.
+    ids = stored.column("id").to_pylist()
+    est = [e + 0.01 if i == fid and e is not None else e for i, e in zip(ids, stored.column("estimate").to_pylist())]
+    intervals.install(c, stored.set_column(stored.schema.get_field_index("estimate"), "estimate", pa.array(est)))
+    r = c.execute(f"select status, ci_low, ci_method from findings where id = '{fid}'").fetchall()[0]
+    assert r[0] == "inconclusive" and r[1] is None and r[2].startswith("interval out of date")
+    intervals.install(c, stored.slice(0, 0))  # none at all
+    r = c.execute(f"select status, ci_method from findings where id = '{fid}'").fetchall()[0]
+    assert r[0] == "inconclusive" and r[1].startswith("no interval computed")
 
 
 def test_missing_groups_and_series_read_no_data():
@@ -184,7 +257,7 @@ def test_missing_groups_and_series_read_no_data():
     assert status["003.F1.pos_var_q"] != "no data"
     for fid in ("003.F1.small_qwen3.q", "002.F5.llama3.2", "002.F6.lc_bias", "003.F5.r_q", "003.F4.llama3.2.highest"):
         assert status[fid] == "no data", fid
-    # One family only: nothing can reverse the pooled sign.
+    # One family only: it is the pool, nothing can reverse the pooled sign.
     assert status["002.F5.simpson"] == "does not hold"
 
 
@@ -249,11 +322,14 @@ def test_end_to_end_views_match_the_tables(warehouse):
         assert rec["fraction"] == pytest.approx(cats.count(rec["category"]) / len(cats))
     assert fnd["003.F1.pos_var_q"]["measured_value"] == pytest.approx(h.pos_var_q.mean())
     assert fnd["003.F1.pos_var_q"]["n_models"] == 3
-    assert fnd["002.lemma"]["holds"] is True  # the drift lemma holds to round-off on real computation
+    assert fnd["002.lemma"]["status"] == "holds"  # the drift lemma holds to round-off on real computation
     # The planted tenfold collapse of alpha_k is recovered through ingest and the views.
     assert dec["baseline_model"] == "sim-s1"
     assert -95 < dec["pct_alpha_k_vs_baseline"] < -85
-    assert fnd["002.F6.lc_alpha_k"]["holds"] is True
+    lc = fnd["002.F6.lc_alpha_k"]
+    assert -95 < lc["measured_value"] < -85
+    # ... but 8 heads per checkpoint are too few for a bootstrap interval: not decided.
+    assert lc["status"] == "inconclusive" and "too few" in lc["ci_method"]
     # NoPE control: the simulated NoPE layer has no rotating RoPE plane, the other layer does.
     by_layers = {r["layers"]: r for r in rp.to_dict("records")}
     assert by_layers["nope"]["share_heads_rotating"] == 0

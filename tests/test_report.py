@@ -119,7 +119,17 @@ def test_report_has_model_and_findings_tables(full_report):
     assert ids and len(set(ids)) == len(ids)
     assert all(f'<td class="id">{i}</td>' in full_report.html for i in ids)
     statuses = {r["status"] for r in full_report.findings}
-    assert statuses <= {"holds", "does not hold", "no data"}
+    assert statuses <= {"holds", "does not hold", "inconclusive", "no data"}
+    # Values with their intervals, the four verdicts counted and each drawn in its own colour.
+    with_data = [r for r in full_report.findings if r["status"] != "no data" and r["id"] != "002.lemma"]
+    assert with_data and all(r["measured"].endswith("]") for r in with_data)
+    for status in ("holds", "does not hold", "inconclusive", "no data"):
+        n = sum(r["status"] == status for r in full_report.findings)
+        cls = status.replace(" ", "-")
+        assert f'<span class="{cls}">{n} {status}</span>' in full_report.html
+        assert f"tr.{cls} td" in full_report.html
+        if n:
+            assert f'<tr class="{cls}">' in full_report.html
 
 
 def test_figure_page_escapes_script_end():

@@ -21,8 +21,9 @@ from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
 from qkdb.warehouse.batches import empty_table
+from qkdb.warehouse import intervals
 from qkdb.warehouse.home import catalog_path, ensure_writable
-from qkdb.warehouse.schema import TABLES, Table
+from qkdb.warehouse.schema import DERIVED, TABLES, Table
 from qkdb.warehouse.store import LOCKS
 from qkdb.warehouse.views import create_views, load_view_files
 
@@ -49,11 +50,28 @@ def table_view_sql(home: Path, table: Table) -> str:
     )
 
 
+def derived_view_sql(home: Path, table: Table) -> str:
+    # One file for the whole warehouse (not partitioned by model); the schema file types the view
+    # before the first publish writes it.
+    globs = [str(home / SCHEMA_DIR / table.name / "*.parquet"), str(home / table.name / "*.parquet")]
+    cols = ", ".join(f'"{c.name}"' for c in table.columns)
+    return (
+        f"select {cols} from read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
+        "hive_partitioning = false, union_by_name = true, allow_empty = true)"
+    )
+
+
+def _views_sql(home: Path) -> list[tuple[Table, str]]:
+    return [(t, table_view_sql(home, t)) for t in TABLES.values()] + [
+        (t, derived_view_sql(home, t)) for t in DERIVED.values()
+    ]
+
+
 def fingerprint(home: Path) -> str:
     h = hashlib.sha256()
-    h.update(f"{CATALOG_FORMAT}\n{home}\n".encode())
-    for table in TABLES.values():
-        h.update(table_view_sql(home, table).encode())
+    h.update(f"{CATALOG_FORMAT}\n{intervals.VERSION}\n{home}\n".encode())
+    for table, sql in _views_sql(home):
+        h.update(sql.encode())
         h.update(str(table.arrow_schema).encode())
         for c in table.columns:
             h.update(c.doc.encode())
@@ -63,8 +81,10 @@ def fingerprint(home: Path) -> str:
 
 
 def _write_schema_files(home: Path) -> None:
-    for table in TABLES.values():
-        folder = home / SCHEMA_DIR / table.name / "model=_"
+    for table in (*TABLES.values(), *DERIVED.values()):
+        folder = home / SCHEMA_DIR / table.name
+        if table.name in TABLES:
+            folder = folder / "model=_"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".schema.{uuid.uuid4().hex[:8]}.tmp"
         pq.write_table(empty_table(table), tmp)
@@ -89,8 +109,8 @@ def _read_meta(path: Path) -> dict[str, str]:
 
 def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
     con.execute("begin")
-    for table in TABLES.values():
-        con.execute(f'create or replace view "{table.name}" as {table_view_sql(home, table)}')
+    for table, sql in _views_sql(home):
+        con.execute(f'create or replace view "{table.name}" as {sql}')
         con.execute(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
         for c in table.columns:
             con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
@@ -110,6 +130,24 @@ def check_format(meta: dict[str, str], path: Path) -> None:
             f"{path} was written by a newer qkdb (catalog format {fmt}, this qkdb reads {CATALOG_FORMAT}); "
             "upgrade qkdb"
         )
+
+
+def refresh_intervals(home: Path, wait: float = 60.0) -> None:
+    """Recompute and store ``finding_intervals`` for the warehouse as it is now.
+
+    Called after every publish and removal (and when the catalog is rebuilt): the findings view
+    uses an interval only while it matches the data, so an interval left from before reads as
+    out of date, never as current. One process at a time (a lock); each reads the warehouse once it
+    holds the lock, so the last writer writes for the latest state.
+    """
+    (home / LOCKS).mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home / LOCKS / "findings.lock"), timeout=wait):
+        con = open_catalog(home, read_only=True, wait=wait)
+        try:
+            table = intervals.compute(con)
+        finally:
+            con.close()
+        intervals.write(home, table)
 
 
 def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
@@ -143,10 +181,14 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
             try:
                 meta = dict(con.execute("select key, value from qkdb_meta").fetchall()) if _has_meta(con) else {}
                 check_format(meta, path)
-                if meta.get("fingerprint") != fp:
+                rebuilt = meta.get("fingerprint") != fp
+                if rebuilt:
                     _build(con, home, fp)
             finally:
                 con.close()
+        if rebuilt:
+            # New view definitions may measure differently: the stored intervals must follow.
+            refresh_intervals(home, wait=wait)
         return True
     except (Timeout, duckdb.IOException):
         if path.exists():

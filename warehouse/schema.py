@@ -270,3 +270,28 @@ INGEST_RUNS = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, INGEST_RUNS)
 }
+
+# Tables derived from the published models as a whole, rewritten after every publish or removal
+# (not partitioned by model): see qkdb/warehouse/intervals.py.
+FINDING_INTERVALS = Table(
+    "finding_intervals",
+    "The 95% interval of every finding's measured value, computed from finding_inputs when models are published (the findings view joins it).",
+    (
+        Column("id", s, "The finding (findings.id); '002.F5.family' rows are the within-family correlations of every family."),
+        Column("scope", s, "The finding's scope (findings.scope)."),
+        Column("stat", s, "The statistic (finding_inputs.stat)."),
+        Column("estimate", f64, "The value the interval belongs to, computed from the same rows (findings uses the interval only while it equals measured_value)."),
+        Column("ci_low", f64, "Lower end of the 95% interval; for a range across models the lowest end of every model's interval."),
+        Column("ci_high", f64, "Upper end of the 95% interval; for a range across models the highest end of every model's interval."),
+        Column("low_max", f64, "Ranges across models: the highest lower end of a model's interval (NULL otherwise)."),
+        Column("high_min", f64, "Ranges across models: the lowest upper end of a model's interval (NULL otherwise)."),
+        Column("ci_method", s, "How the interval was computed, or why there is none."),
+        Column("n_units", i64, "Units resampled at the top level: models when the finding pools several, else heads."),
+        Column("n_boot", i32, "Bootstrap resamples (NULL for closed-form intervals)."),
+        Column("fingerprint", s, "finding_state.fingerprint when the interval was computed."),
+        Column("computed_at", pa.timestamp("us", tz="UTC"), "When the interval was computed."),
+    ),
+    versioned=False,
+)
+
+DERIVED: dict[str, Table] = {FINDING_INTERVALS.name: FINDING_INTERVALS}

@@ -215,12 +215,16 @@ def pause_for_tests(var: str) -> None:
 
 def append(home: Path, table: Table, model: str, name: str, data: pa.Table) -> Path:
     """Add one file to an append-only table (temp file outside the glob, then rename)."""
-    folder = home / table.name / f"model={model}"
+    return write_file(home / table.name / f"model={model}", f"{name}.parquet", data)
+
+
+def write_file(folder: Path, name: str, data: pa.Table) -> Path:
+    """Write ``folder/name`` as parquet atomically: a hidden temp file outside any ``*.parquet`` glob, fsync, rename."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     pq.write_table(data, tmp, compression="zstd")
     _fsync_file(tmp)
-    final = folder / f"{name}.parquet"
+    final = folder / name
     os.replace(tmp, final)
     _fsync_dir(folder)
     return final

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 
 from qkdb.errors import QueryError
-from qkdb.warehouse.schema import TABLES
+from qkdb.warehouse.schema import DERIVED, FINDING_INTERVALS, TABLES
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
     import duckdb
@@ -98,7 +98,7 @@ def load_view_files() -> list[ViewFile]:
     views = _read_files()
     for view in views.values():
         for dep in view.depends:
-            if dep not in views and dep not in TABLES:
+            if dep not in views and dep not in TABLES and dep not in DERIVED:
                 raise ValueError(f"sql/{view.name}.sql depends on {dep!r}, which is neither a view nor a table")
     ordered: list[ViewFile] = []
     done: set[str] = set()
@@ -151,7 +151,7 @@ def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
 def resolve_column_docs(view: ViewFile, columns: Iterable[str], known: dict[str, dict[str, str]]) -> dict[str, str]:
     """Description of each column: the view's own, else a dependency's, else a base table's."""
     sources = [view.columns] + [known[d] for d in view.depends if d in known]
-    sources += [{c.name: c.doc for c in t.columns} for t in TABLES.values()]
+    sources += [{c.name: c.doc for c in t.columns} for t in (*TABLES.values(), *DERIVED.values())]
     docs = {}
     for col in columns:
         for src in sources:
@@ -170,6 +170,13 @@ def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
     """
     names: list[str] = []
     known: dict[str, dict[str, str]] = {}
+    if _object_type(con, FINDING_INTERVALS.name) is None:
+        # Where no catalog view reads the stored intervals (an in-memory database): an empty one,
+        # so that `findings` binds; intervals.install() fills a connection's own copy.
+        con.execute(f"create view {_ident(FINDING_INTERVALS.name)} as {empty_select(FINDING_INTERVALS)}")
+        con.execute(f"comment on view {_ident(FINDING_INTERVALS.name)} is {_quote(FINDING_INTERVALS.doc)}")
+        for c in FINDING_INTERVALS.columns:
+            con.execute(f"comment on column {_ident(FINDING_INTERVALS.name)}.{_ident(c.name)} is {_quote(c.doc)}")
     for view in load_view_files():
         if not (view.name == PARAMS and _object_type(con, PARAMS) == "table"):
             con.execute(f"create or replace view {_ident(view.name)} as\n{view.body}")
@@ -183,11 +190,36 @@ def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
     return names
 
 
+def _duckdb_type(t) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_string(t):
+        return "VARCHAR"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_int32(t):
+        return "INTEGER"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    raise TypeError(f"no DuckDB type for {t}")
+
+
+def empty_select(table) -> str:
+    """A SELECT of no rows with ``table``'s columns, typed as DuckDB reads them from parquet."""
+    cols = ", ".join(f"null::{_duckdb_type(c.type)} as {_ident(c.name)}" for c in table.columns)
+    return f"select {cols} where false"
+
+
 def restrict_models(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> None:
     """Make every view of this connection see only ``models`` (works on read-only connections).
 
     A temporary view per base table, filtered to the models, shadows the catalog's view of the
     same name; the finding views are re-bound on every query and so read the filtered tables.
+    The findings' intervals are recomputed for those models (a temporary ``finding_intervals``).
     The effect ends with the connection.
     """
     db = con.execute("select current_database()").fetchall()[0][0]
@@ -197,6 +229,9 @@ def restrict_models(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> No
             f"create or replace temp view {_ident(table)} as "
             f"select * from {_ident(db)}.main.{_ident(table)} where model in ({keep})"
         )
+    from qkdb.warehouse import intervals
+
+    intervals.install(con)
 
 
 @dataclass(frozen=True)
@@ -225,7 +260,7 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> Description:
         [name],
     ).fetchall()
     if not rows:
-        known = sorted(set(files) | set(TABLES))
+        known = sorted(set(files) | set(TABLES) | set(DERIVED))
         close = [k for k in known if name.lower() in k or k in name.lower()]
         hint = f" Did you mean {', '.join(close)}?" if close else " Run `qkdb views` for the list."
         raise QueryError(f"no table or view named {name!r} in the warehouse.{hint}")
@@ -237,8 +272,8 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> Description:
             continue
         seen.add(col)
         cols.append((col, typ, comment))
-    if name in TABLES:
-        table = TABLES[name]
+    if name in TABLES or name in DERIVED:
+        table = TABLES.get(name) or DERIVED[name]
         docs = {c.name: c.doc for c in table.columns}
         return Description(
             name, "table", table.doc, [(c, t, cm or docs.get(c, "")) for c, t, cm in cols]

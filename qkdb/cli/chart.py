@@ -77,13 +77,15 @@ def report(
     home: HomeOption = None,
 ) -> None:
     """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
-    from qkdb.api import connect
+    from qkdb.api import connect, ensure_intervals
     from qkdb.charts.report import build_report
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
     con = connect(home)
     try:
+        if ensure_intervals(con):
+            typer.echo("the stored intervals of the findings were out of date: recomputed for this report", err=True)
         result = build_report(
             con, models=model or None, series=series or None, title=title,
             progress=lambda label, ok: typer.echo(f"  {'ok' if ok else 'not supported:'} {label}", err=True),

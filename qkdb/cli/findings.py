@@ -27,7 +27,7 @@ FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output for
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
 
 # The terminal table shows what a reader needs; every other format carries every column.
-TABLE_COLUMNS = ("id", "statement", "scope", "seed_value", "measured", "status")
+TABLE_COLUMNS = ("id", "statement", "scope", "seed_value", "measured", "status")  # measured: value [95% interval]
 
 
 @app.command()
@@ -58,10 +58,11 @@ def findings(
     output: OutputOption = None,
     home: HomeOption = None,
 ) -> None:
-    """The seeds' headline findings: the seed's value, the value measured here, and whether it holds.
+    """The seeds' headline findings: the seed's value, the value measured here with its 95% interval, and the verdict.
 
-    With --model/--family/--series every finding is recomputed on those models only (filters
-    combine: a model must pass each one given).
+    A verdict is 'holds' or 'does not hold' only when the interval decides it, else 'inconclusive'.
+    With --model/--family/--series every finding and its interval is recomputed on those models
+    only (filters combine: a model must pass each one given).
     """
     import duckdb
 
@@ -69,8 +70,10 @@ def findings(
     try:
         if model or family or series:
             keep = select_models(con, model or (), family or (), series or ())
-            restrict_models(con, keep)
+            restrict_models(con, keep)  # (recomputes the intervals for these models)
             note(f"findings on {len(keep)} model(s): {', '.join(keep)}")
+        elif api.ensure_intervals(con):
+            note("the stored intervals were out of date (an ingest still running or interrupted?): recomputed for this run")
         try:
             # A few dozen rows: fetch once, count the verdicts, then write (the view is costly to plan).
             result = con.sql("select * from findings").to_arrow_table()
@@ -78,13 +81,22 @@ def findings(
             raise QueryError(f"the findings view failed: {str(exc).strip()}") from None
     finally:
         con.close()
-    holds = result.column("holds").to_pylist()
+    status = result.column("status").to_pylist()
     if Format(format) is Format.table and output is None:
         result = result.select(list(TABLE_COLUMNS))
     write_table(result, format, output)
     note(
-        f"{holds.count(True)} hold, {holds.count(False)} do not hold, {holds.count(None)} without data "
-        "(criteria and all columns: --format csv/json/markdown, or `qkdb describe findings`)"
+        f"{status_counts(status)} (values with their 95% intervals; criteria, methods and all columns: "
+        "--format csv/json/markdown, or `qkdb describe findings`)"
+    )
+
+
+def status_counts(status: list[str | None]) -> str:
+    """'3 hold, 1 does not hold, 40 inconclusive, 31 without data'."""
+    n = {s: status.count(s) for s in ("holds", "does not hold", "inconclusive", "no data")}
+    return (
+        f"{n['holds']} hold, {n['does not hold']} {'does' if n['does not hold'] == 1 else 'do'} not hold, "
+        f"{n['inconclusive']} inconclusive, {n['no data']} without data"
     )
 
 

@@ -1,0 +1,252 @@
+-- The numbers every finding rests on: one row per head (per head and checkpoint for a series change) and finding, with the statistic that combines them.
+-- Seed: the per-head values behind every number of the `findings` view.
+-- Depends: params, model_pool, scoped_heads, rotation_planes
+-- `findings` computes each measured value from these rows with `stat`, and the intervals in
+-- `finding_intervals` are computed from the same rows (qkdb/warehouse/intervals.py), so the two
+-- can never disagree on which heads count. Scopes are the strings `findings` shows: 'overall'
+-- (the pooled models, see model_pool), a seed group or family, or a series span.
+-- stat: mean, share (x is 0/1), median, ratio_of_means (mean x / mean y), diff_of_means
+-- (mean x - mean y), corr (Pearson of x, y), max, model_range_mean / model_range_share (the
+-- value is the pooled mean, the claim is about every model's own mean or share), lead (mean of
+-- the arm 1 group minus the largest mean of the arm 0 groups), and for series spans arm_diff,
+-- arm_ratio, arm_pct (mean at arm 1, the later checkpoint, against arm 0, the earlier one:
+-- difference, ratio, % change of the mean).
+-- cluster is the resampling unit above the head: the model when a finding pools several models,
+-- the series for a change between two of its checkpoints (heads paired by layer and head).
+-- Column id: The finding (findings.id).
+-- Column scope: The finding's scope, as findings.scope shows it.
+-- Column stat: How the rows combine into the measured value (see above).
+-- Column model: The model the head belongs to.
+-- Column cluster: The resampling unit above the head (model, or series for a change).
+-- Column unit: The head within its cluster ('layer.head').
+-- Column grp: Group of the head for stat 'lead' (a seed group), else NULL.
+-- Column arm: 0 (earlier checkpoint, or the other groups) or 1 (later checkpoint, or the leading group); NULL when the stat has no arms.
+-- Column x: The head's value (NULL: the head has none and does not count).
+-- Column y: The second value of ratio_of_means, diff_of_means and corr.
+with
+sh as materialized (select * from scoped_heads),
+pooled as materialized (
+    select s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u from sh s where s.scope = 'overall'
+),
+-- The seed's model groups (seed 003 Finding 1 table, Finding 4, seed 002 figure 05).
+seed_groups(grp, label, family, models) as (
+    values
+    ('small_qwen3', 'small Qwen3 (qwen3-0.6b, qwen3-1.7b)', 'Qwen3', ['qwen3-0.6b', 'qwen3-1.7b']),
+    ('large_qwen3', 'large Qwen3 (qwen3-4b, qwen3-8b, qwen3-14b)', 'Qwen3', ['qwen3-4b', 'qwen3-8b', 'qwen3-14b']),
+    ('llama3.2', 'family Llama 3.2', 'Llama 3.2', null),
+    ('ministral3', 'family Ministral3', 'Ministral3', null)
+),
+gh as materialized (
+    select g.grp, g.label, s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u
+    from seed_groups g
+    join sh s
+        on s.scope = 'model' and s.pooled and s.family = g.family
+        and (g.models is null or list_contains(g.models, s.model))
+),
+fam as materialized (
+    select s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u from sh s where s.scope = 'family'
+),
+-- Rotation planes of the pooled heads; the seed's counts are over RoPE layers (not NoPE ones).
+rp as materialized (
+    select r.*, printf('%d.%d', r.layer, r.head) as u
+    from rotation_planes r
+    join model_pool mp on mp.model = r.model and mp.pooled
+    where r.n_pairs is not null
+),
+-- Series spans: first checkpoint, end of early training, last one before long-context training, last.
+marks as (
+    select
+        t.series,
+        arg_min(t.model, t.series_order) as first_model,
+        arg_max(t.model, t.series_order) filter (where not t.long_context and t.step <= p.early_end_step) as early_model,
+        arg_max(t.model, t.series_order) filter (where not t.long_context) as baseline_model,
+        arg_max(t.model, t.series_order) as final_model,
+        arg_max(t.long_context, t.series_order) as final_is_long_context
+    from model_pool t
+    cross join params p
+    where t.series is not null
+    group by t.series
+),
+spans as (
+    select series, 'first' as span, first_model as from_model, first_model as to_model from marks
+    union all
+    select series, 'early', first_model, early_model from marks where early_model <> first_model
+    union all
+    select series, 'long_context', baseline_model, final_model from marks where final_is_long_context and baseline_model is not null
+    union all
+    select series, 'all', first_model, final_model from marks where final_model <> first_model
+),
+-- Heads of the two checkpoints of each span: arm 0 the earlier, arm 1 the later one.
+sp as materialized (
+    select
+        s.span,
+        s.series,
+        'series ' || s.series || ': ' || s.from_model || case when s.span = 'first' then '' else ' -> ' || s.to_model end as scope,
+        case when h.model = s.to_model then 1 else 0 end as arm,
+        h.* exclude (scope, series),
+        printf('%d.%d', h.layer, h.head) as u
+    from spans s
+    join sh h on h.scope = 'model' and (h.model = s.from_model or h.model = s.to_model)
+    -- The 'first' span has one checkpoint: one arm.
+    where s.span <> 'first' or h.model = s.to_model
+),
+rows as (
+    -- seed 003 --------------------------------------------------------------------------------
+    select '003.F1.pos_var_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_q as x from pooled
+    union all by name
+    select '003.F1.pos_var_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_k as x from pooled
+    union all by name
+    select '003.F1.q_over_k' as id, 'overall' as scope, 'ratio_of_means' as stat, m, m as c, u, pos_var_q as x, pos_var_k as y from pooled
+    union all by name
+    select '003.F1.pc0_share_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_q as x from pooled
+    union all by name
+    select '003.F1.pc0_share_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_k as x from pooled
+    union all by name
+    select '003.F1.' || grp || '.q' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_q as x from gh
+    union all by name
+    select '003.F1.' || grp || '.k' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_k as x from gh
+    union all by name
+    select '003.F2.fisher' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, fisher_pc0 as x from pooled
+    union all by name
+    select '003.F2.accuracy' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, qk_accuracy_pc01 as x from pooled
+    union all by name
+    select '003.F2.separation' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, qk_separation_pc0 as x from pooled
+    union all by name
+    select '003.F2.pc0_ev' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, explained_variance as x from pooled
+    union all by name
+    select '003.F3.pc0_r_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_k as x from pooled
+    union all by name
+    select '003.F3.abs_mu_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(mu_q) as x from pooled
+    union all by name
+    select '003.fig01.pc0_r_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_q as x from pooled
+    union all by name
+    select '003.fig01.q_dominant' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, r_q as x, abs(r_k) as y from pooled
+    union all by name
+    -- Taxonomy shares: x is NULL for a head without a category (it is not classified).
+    select '003.F4.' || replace(k.category, '-', '_') as id, 'overall' as scope, 'share' as stat, m, m as c, u,
+        (p.category = k.category)::int::double as x
+    from pooled p
+    cross join (values ('position-dominated'), ('q-positional'), ('k-positional'), ('content-focused'), ('mixed')) k(category)
+    union all by name
+    select '003.F4.' || grp || '.position_dominated' as id, label as scope, 'model_range_share' as stat, m, m as c, u,
+        (category = 'position-dominated')::int::double as x from gh
+    union all by name
+    select '003.F4.' || grp || '.mixed' as id, label as scope, 'model_range_share' as stat, m, m as c, u,
+        (category = 'mixed')::int::double as x from gh where grp in ('llama3.2', 'ministral3')
+    union all by name
+    select '003.F4.' || grp || '.q_positional' as id, label as scope, 'share' as stat, m, m as c, u,
+        (category = 'q-positional')::int::double as x from gh where grp = 'small_qwen3'
+    union all by name
+    -- Llama's position-dominated share against the highest of the other seed groups (the heads of
+    -- every group count, each in its group).
+    select '003.F4.llama3.2.highest' as id, 'family Llama 3.2' as scope, 'lead' as stat, m, m as c, u, grp,
+        (grp = 'llama3.2')::int as arm, (category = 'position-dominated')::int::double as x
+    from gh
+    where exists (select 1 from gh l where l.grp = 'llama3.2')
+    union all by name
+    -- Series changes (seed 003 Findings 5-6, figures 08-09).
+    select '003.F5.r_q' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_q as x from sp where span = 'early'
+    union all by name
+    select '003.F5.content_focused' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
+        (category = 'content-focused')::int::double as x from sp where span = 'early'
+    union all by name
+    select '003.F5.position_dominated' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
+        (category = 'position-dominated')::int::double as x from sp where span = 'early'
+    union all by name
+    select '003.F6.r_q' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_q as x from sp where span = 'long_context'
+    union all by name
+    select '003.F6.r_k' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_k as x from sp where span = 'long_context'
+    union all by name
+    select '003.F6.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x from sp where span = 'long_context'
+    union all by name
+    select '003.F6.position_dominated' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
+        (category = 'position-dominated')::int::double as x from sp where span = 'long_context'
+    union all by name
+    select '003.fig08.position_dominated' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
+        (category = 'position-dominated')::int::double as x from sp where span = 'all'
+    union all by name
+    select '003.fig09.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x from sp where span = 'all'
+    -- seed 002 --------------------------------------------------------------------------------
+    union all by name
+    select '002.F1.abs_r_k_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_k_a) as x from pooled
+    union all by name
+    select '002.F1.abs_r_q_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_q_a) as x from pooled
+    union all by name
+    select '002.F1.k_over_q' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, abs(r_k_a) as x, abs(r_q_a) as y from pooled
+    union all by name
+    -- A head with alpha_q = 0 has no ratio (NULLIF) and is left out.
+    select '002.F1.slope_ratio' as id, 'overall' as scope, 'median' as stat, m, m as c, u,
+        abs(alpha_k) / nullif(abs(alpha_q), 0) as x from pooled
+    union all by name
+    select '002.F1.slope_ratio.' || grp as id, label as scope, 'median' as stat, m, m as c, u,
+        abs(alpha_k) / nullif(abs(alpha_q), 0) as x from gh where grp <> 'large_qwen3'
+    union all by name
+    select '002.F2.bias_positive' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (bias_strength > 0)::int::double as x from pooled
+    union all by name
+    select '002.F2.bias_negative' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (bias_strength < 0)::int::double as x from pooled
+    union all by name
+    select '002.F2.mu_q_a_positive' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (mu_q_a > 0)::int::double as x from pooled
+    union all by name
+    select '002.F3.plane_var' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, plane_var_fraction as x from pooled
+    union all by name
+    select '002.F3.plane_var_range' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, plane_var_fraction as x from pooled
+    union all by name
+    select '002.F3.b_above_a' as id, 'overall' as scope, 'share' as stat, m, m as c, u,
+        (var_frac_b > var_frac_a)::int::double as x from pooled
+    union all by name
+    select '002.lemma' as id, 'overall' as scope, 'max' as stat, m, m as c, u, residual_pos_r as x from pooled
+    union all by name
+    select '002.F4.active_pairs' as id, 'overall' as scope, 'model_range_mean' as stat, model as m, model as c, u,
+        active_share_of_pairs as x from rp where not coalesce(is_nope, false)
+    union all by name
+    select '002.F4.active_var_share' as id, 'overall' as scope, 'model_range_mean' as stat, model as m, model as c, u,
+        active_var_share as x from rp where not coalesce(is_nope, false)
+    union all by name
+    select '002.F4.ring_accuracy' as id, 'overall' as scope, 'mean' as stat, model as m, model as c, u,
+        mean_active_qk_accuracy as x from rp where not coalesce(is_nope, false)
+    union all by name
+    select '002.F4.max_angle_r' as id, 'overall' as scope, 'max' as stat, model as m, model as c, u, max_angle_r as x from rp
+    union all by name
+    select '002.F5.overall' as id, 'overall' as scope, 'corr' as stat, m, m as c, u, bias_strength as x, separation_strength as y from pooled
+    union all by name
+    -- Within-family correlations: every family (for Simpson's paradox), and the three the seed names.
+    select '002.F5.family' as id, 'family ' || family as scope, 'corr' as stat, m, m as c, u,
+        bias_strength as x, separation_strength as y from fam
+    union all by name
+    select '002.F5.' || k.key as id, 'family ' || f.family as scope, 'corr' as stat, m, m as c, u,
+        bias_strength as x, separation_strength as y
+    from fam f
+    join (values ('llama3.2', 'Llama 3.2'), ('qwen3', 'Qwen3'), ('ministral3', 'Ministral3')) k(key, family) on k.family = f.family
+    union all by name
+    -- Series (seed 002 Finding 6).
+    select '002.F6.abs_r_k_a_first' as id, scope, 'mean' as stat, model as m, series as c, u, abs(r_k_a) as x from sp where span = 'first'
+    union all by name
+    select '002.F6.init_mu_q_a' as id, scope, 'arm_ratio' as stat, model as m, series as c, u, arm, mu_q_a as x from sp where span = 'early'
+    union all by name
+    select '002.F6.init_bias' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, bias_strength as x from sp where span = 'early'
+    union all by name
+    select '002.F6.lc_bias' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, bias_strength as x from sp where span = 'long_context'
+    union all by name
+    select '002.F6.lc_alpha_k' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, alpha_k as x from sp where span = 'long_context'
+    union all by name
+    select '002.F6.lc_mu_q_a' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, mu_q_a as x from sp where span = 'long_context'
+    union all by name
+    select '002.F6.lc_abs_r_k_a' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, abs(r_k_a) as x from sp where span = 'long_context'
+    union all by name
+    select '002.F6.lc_separation' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, separation_strength as x from sp where span = 'long_context'
+    union all by name
+    select '002.F6.lc_plane_var' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, plane_var_fraction as x from sp where span = 'long_context'
+)
+select
+    id,
+    scope,
+    stat,
+    m as model,
+    c as cluster,
+    u as unit,
+    grp::varchar as grp,
+    arm::integer as arm,
+    x::double as x,
+    y::double as y
+from rows
+order by id, scope, cluster, model, unit
