@@ -429,6 +429,20 @@ def test_cli_shell_script(runner, warehouse):
     assert "│ 2 " in res.stdout or "│ 1 " in res.stdout
 
 
+def test_cli_shell_recomputes_intervals_for_its_own_params(runner, warehouse):
+    script = (
+        "create temp view params as select * replace (0.3 as margin_share) from qk.main.params;\n"
+        ".format csv\n"
+        "select count(*) filter (where ci_method like 'interval out of date%') as stale,"
+        " count(ci_low) as with_interval from findings;\n"
+    )
+    res = runner.invoke(app, ["shell", "--home", str(warehouse)], input=script)
+    assert res.exit_code == 0, res.output
+    assert "recomputed for this session" in res.stderr
+    stale, with_interval = res.stdout.strip().splitlines()[-1].split(",")
+    assert stale == "0" and int(with_interval) > 0
+
+
 def test_cli_shell_refuses_writes(runner, warehouse):
     res = runner.invoke(app, ["shell", "--home", str(warehouse)],
                         input="create table t as select 1;\ncopy (select 1) to 'x.csv';\nselect 42 as ok;\n")

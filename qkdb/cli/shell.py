@@ -70,6 +70,8 @@ class Shell:
                 self._error(f"refused: {kind} statements are not available in the read-only shell")
                 continue
             try:
+                if _reads_intervals(st.query):
+                    self._refresh_intervals()
                 rel = self.con.sql(st.query)
                 if rel is None:
                     continue
@@ -79,6 +81,14 @@ class Shell:
                 if "read-only" in msg.lower() or "read only" in msg.lower():
                     msg = f"refused: the warehouse is read-only in the shell (temporary views are fine). {msg}"
                 self._error(msg)
+
+    def _refresh_intervals(self) -> None:
+        # A temp params view of this session changes what the findings measure: their intervals
+        # follow (for this session only), as `qkdb findings` does.
+        from qkdb.api import ensure_intervals
+
+        if ensure_intervals(self.con):
+            err.print("(the findings' intervals were recomputed for this session's data and params)", markup=False)
 
     def _error(self, message: str) -> None:
         self.errors += 1
@@ -159,6 +169,12 @@ class Shell:
                 buffer.clear()
         if buffer and "\n".join(buffer).strip():
             self.run_sql("\n".join(buffer))  # the last statement may lack its ';'
+
+
+def _reads_intervals(query: str) -> bool:
+    """Whether a statement reads the findings' intervals (a cheap textual test; a wrong guess costs one check)."""
+    q = query.lower()
+    return "findings" in q or "finding_intervals" in q or "bias_separation" in q
 
 
 def _complete(text: str) -> bool:
