@@ -139,36 +139,64 @@ def _read_inputs(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = N
     return scopes
 
 
-def _statistic(f: _Finding, W: np.ndarray) -> np.ndarray:
-    """The finding's statistic under each row of weights ``W`` (uniform weights: its value)."""
-    c, wm = f.cols, inference.weighted_mean
+def _mean_terms(tag: str, v: np.ndarray) -> dict[str, np.ndarray]:
+    ok = np.isfinite(v)
+    return {f"{tag}.sum": np.where(ok, v, 0.0), f"{tag}.n": ok.astype(np.float64)}
+
+
+def _mean(S: dict[str, np.ndarray], tag: str) -> np.ndarray:
+    n = S[f"{tag}.n"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, S[f"{tag}.sum"] / np.where(n > 0, n, 1.0), np.nan)
+
+
+def _terms(f: _Finding) -> dict[str, np.ndarray]:
+    """The vectors over units whose weighted sums give the finding's statistic (none: the median)."""
+    c = f.cols
     if f.stat in ("mean", "share", "model_range_mean", "model_range_share"):
-        return wm(W, c["x"])
-    if f.stat == "median":
-        return inference.weighted_median(W, c["x"])
-    if f.stat == "ratio_of_means":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            den = wm(W, c["y"])
-            return np.where(den != 0, wm(W, c["x"]) / np.where(den != 0, den, 1.0), np.nan)
-    if f.stat == "diff_of_means":
-        return wm(W, c["x"]) - wm(W, c["y"])
+        return _mean_terms("x", c["x"])
+    if f.stat in ("ratio_of_means", "diff_of_means"):
+        return {**_mean_terms("x", c["x"]), **_mean_terms("y", c["y"])}
     if f.stat == "corr":
-        return inference.weighted_corr(W, c["x"], c["y"])
-    if f.stat == "max":
-        x = c["x"]
-        return np.full(W.shape[0], np.nanmax(x) if np.isfinite(x).any() else np.nan)
+        return dict(zip(("n", "sx", "sy", "sxx", "syy", "sxy"), inference.corr_terms(c["x"], c["y"]).T))
     if f.stat == "lead":
         x, grp, target = c["x"], c["grp"], c["target"]
-        lead = wm(W, np.where(target, x, np.nan))
-        others = [wm(W, np.where((grp == g) & ~target, x, np.nan)) for g in sorted(set(grp[~target]) - {""})]
-        if not others:
-            return np.full(W.shape[0], np.nan)
-        stacked = np.vstack(others)
-        best = np.where(np.isfinite(stacked).any(axis=0), np.nanmax(np.where(np.isfinite(stacked), stacked, -np.inf), axis=0), np.nan)
-        return lead - best
+        terms = _mean_terms("lead", np.where(target, x, np.nan))
+        for k, g in enumerate(sorted(set(grp[~target]) - {""})):
+            terms.update(_mean_terms(f"other{k}", np.where((grp == g) & ~target, x, np.nan)))
+        return terms
     if f.stat.startswith("arm"):
-        m0, m1 = wm(W, c["x0"]), wm(W, c["x1"])
-        with np.errstate(invalid="ignore", divide="ignore"):
+        return {**_mean_terms("a0", c["x0"]), **_mean_terms("a1", c["x1"])}
+    return {}
+
+
+def _from_sums(f: _Finding, S: dict[str, np.ndarray], W: np.ndarray) -> np.ndarray:
+    """The finding's statistic under each row of weights ``W``, from the weighted sums ``S`` of its terms."""
+    if f.stat in ("mean", "share", "model_range_mean", "model_range_share"):
+        return _mean(S, "x")
+    if f.stat == "median":
+        return inference.weighted_median(W, f.cols["x"])
+    if f.stat == "max":
+        x = f.cols["x"]
+        return np.full(W.shape[0], np.nanmax(x) if np.isfinite(x).any() else np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if f.stat == "ratio_of_means":
+            den = _mean(S, "y")
+            return np.where(den != 0, _mean(S, "x") / np.where(den != 0, den, 1.0), np.nan)
+        if f.stat == "diff_of_means":
+            return _mean(S, "x") - _mean(S, "y")
+        if f.stat == "corr":
+            return inference.corr_from_sums(np.column_stack([S[k] for k in ("n", "sx", "sy", "sxx", "syy", "sxy")]))
+        if f.stat == "lead":
+            others = [_mean(S, k[:-4]) for k in S if k.startswith("other") and k.endswith(".sum")]
+            if not others:
+                return np.full(W.shape[0], np.nan)
+            stacked = np.vstack(others)
+            seen = np.isfinite(stacked)
+            best = np.where(seen.any(axis=0), np.max(np.where(seen, stacked, -np.inf), axis=0), np.nan)
+            return _mean(S, "lead") - best
+        if f.stat.startswith("arm"):
+            m0, m1 = _mean(S, "a0"), _mean(S, "a1")
             if f.stat == "arm_diff":
                 return m1 - m0
             safe = np.where(m0 != 0, m0, 1.0)
@@ -177,6 +205,28 @@ def _statistic(f: _Finding, W: np.ndarray) -> np.ndarray:
             if f.stat == "arm_pct":
                 return np.where(m0 != 0, 100.0 * (m1 - m0) / np.abs(safe), np.nan)
     raise ValueError(f"unknown statistic {f.stat!r} of finding {f.id}")
+
+
+class _Evaluator:
+    """Every finding of a scope under many weight rows at once: one matrix product per block of rows."""
+
+    def __init__(self, findings: list[_Finding]):
+        self.findings = findings
+        self.slots: dict[str, dict[str, int]] = {}
+        columns: list[np.ndarray] = []
+        for f in findings:
+            self.slots[f.id] = {}
+            for name, v in _terms(f).items():
+                self.slots[f.id][name] = len(columns)
+                columns.append(v)
+        self.M = np.column_stack(columns) if columns else None
+
+    def __call__(self, W: np.ndarray) -> dict[str, np.ndarray]:
+        P = W @ self.M if self.M is not None else None
+        return {
+            f.id: _from_sums(f, {name: P[:, j] for name, j in self.slots[f.id].items()}, W)
+            for f in self.findings
+        }
 
 
 def _data_units(f: _Finding) -> np.ndarray:
@@ -210,40 +260,51 @@ def _row(f: _Finding, estimate: float, low=math.nan, high=math.nan, method="", n
     }
 
 
-def _model_range(f: _Finding, scope: _Scope, estimate: float) -> dict:
-    """A claim about every model's own value: each model's interval, jointly at 95% (Bonferroni)."""
-    x, model = f.cols["x"], f.cols["model"]
-    models = sorted({m for m in model[np.isfinite(x)]})
-    if not models:
+def _model_range(f: _Finding, scope: _Scope, estimate: float, counts: dict[str, np.ndarray]) -> dict:
+    """A claim about every model's own value: each model's interval, jointly at 95% (Bonferroni).
+
+    A share: Wilson. A mean: its bootstrap standard error (resampled heads, ``counts[model]``,
+    shared by the scope's findings) times Student's t: over a model's hundreds of heads the mean is
+    near normal, and the Bonferroni levels lie too far out for a percentile of 2,000 resamples.
+    (For these findings the cluster is the model.)
+    """
+    x = f.cols["x"]
+    start = np.concatenate([[0], np.cumsum(scope.sizes)])
+    blocks = [(m, slice(start[k], start[k + 1])) for k, m in enumerate(scope.clusters)
+              if np.isfinite(x[start[k]:start[k + 1]]).any()]
+    if not blocks:
         return _row(f, estimate, method="no data")
-    level = 1.0 - (1.0 - LEVEL) / len(models)
+    level = 1.0 - (1.0 - LEVEL) / len(blocks)
     lows, highs = [], []
-    n_boot = max(N_BOOT, math.ceil(20 * len(models) / (1.0 - LEVEL)))  # >= 10 resamples in each tail
-    for m in models:
-        xm = x[(model == m) & np.isfinite(x)]
+    for m, block in blocks:
+        sel = np.isfinite(x[block])
+        xm = x[block][sel]
         if f.stat == "model_range_share":
             lo, hi = inference.wilson_interval(float(xm.sum()), xm.size, level)
         elif xm.size < MIN_BOOT:
             lo = hi = math.nan
         else:
-            W = inference.bootstrap_counts(np.array([xm.size]), n_boot, _rng(f.id, f.scope, m))
-            lo, hi = inference.percentile_interval(inference.weighted_mean(W, xm), xm.size, level)
+            se = float(np.nanstd(inference.weighted_mean(counts[m][:, sel], xm), ddof=1))
+            half = -inference.t_quantile((1.0 - level) / 2.0, xm.size - 1) * se
+            lo, hi = float(xm.mean()) - half, float(xm.mean()) + half
         lows.append(lo)
         highs.append(hi)
+    models = [m for m, _ in blocks]
     lows, highs = np.array(lows), np.array(highs)
     if not (np.isfinite(lows).all() and np.isfinite(highs).all()):
         return _row(f, estimate, method=f"a model has too few heads for a bootstrap interval (needs {MIN_BOOT})",
                     n_units=len(models))
     how = "Wilson score interval of its share" if f.stat == "model_range_share" else (
-        f"bootstrap over its heads ({n_boot} resamples, expanded percentile)")
+        f"its mean ± t × the bootstrap standard error over its heads ({N_BOOT} resamples)")
     joint = f", jointly at 95% (Bonferroni over {len(models)} models)" if len(models) > 1 else ""
     return _row(
         f, estimate, lows.min(), highs.max(), f"every model's own interval: {how}{joint}", len(models),
-        None if f.stat == "model_range_share" else n_boot, low_max=lows.max(), high_min=highs.min(),
+        None if f.stat == "model_range_share" else N_BOOT, low_max=lows.max(), high_min=highs.min(),
     )
 
 
-def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | None) -> dict:
+def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | None,
+              counts: dict[str, np.ndarray]) -> dict:
     units = _data_units(f)
     n = int(units.sum())
     if not math.isfinite(estimate):
@@ -254,7 +315,7 @@ def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | No
         return _row(f, estimate, estimate, max(estimate, 1.0),
                     f"the largest of {n} heads: the largest over all heads lies between it and 1", n)
     if f.stat.startswith("model_range"):
-        return _model_range(f, scope, estimate)
+        return _model_range(f, scope, estimate, counts)
     start = np.concatenate([[0], np.cumsum(scope.sizes)])
     m = int(sum(units[start[i]:start[i + 1]].any() for i in range(len(scope.sizes))))
     clustered = m > 1 and not f.stat.startswith("arm")
@@ -291,21 +352,26 @@ def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | No
 
 
 def _scope_rows(scope: _Scope) -> list[dict]:
-    ones = np.ones((1, scope.n))
-    estimates = {f.id: float(_statistic(f, ones)[0]) for f in scope.findings}
-    boot = [f for f in scope.findings if f.stat not in ("max",) and not f.stat.startswith("model_range")]
+    boot = [f for f in scope.findings if f.stat != "max" and not f.stat.startswith("model_range")]
+    estimates = {f.id: float(v[0]) for f, v in zip(scope.findings, _Evaluator(scope.findings)(np.ones((1, scope.n))).values())}
     reps: dict[str, list[np.ndarray]] = {f.id: [] for f in boot}
     if boot:
+        evaluate = _Evaluator(boot)
         rng = _rng(scope.name, *scope.clusters)
         chunk = max(1, min(N_BOOT, MAX_WEIGHTS // max(scope.n, 1)))
         done = 0
         while done < N_BOOT:
             W = inference.bootstrap_counts(scope.sizes, min(chunk, N_BOOT - done), rng)
-            for f in boot:
-                reps[f.id].append(_statistic(f, W))
+            for fid, r in evaluate(W).items():
+                reps[fid].append(r)
             done += W.shape[0]
+    counts: dict[str, np.ndarray] = {}
+    if any(f.stat == "model_range_mean" for f in scope.findings):
+        # Each model's heads resampled within it, once for all of the scope's per-model findings.
+        for k, cluster in enumerate(scope.clusters):
+            counts[cluster] = inference.bootstrap_counts(np.array([scope.sizes[k]]), N_BOOT, _rng(scope.name, cluster))
     return [
-        _interval(f, scope, estimates[f.id], np.concatenate(reps[f.id]) if f.id in reps else None)
+        _interval(f, scope, estimates[f.id], np.concatenate(reps[f.id]) if f.id in reps else None, counts)
         for f in scope.findings
     ]
 
