@@ -13,6 +13,7 @@ ingest dies without a word (SIGKILL, SIGTERM, a crash): see :func:`bind_worker`.
 
 import atexit
 import os
+import signal
 
 from qkdb.ingest.workers import FORK_SERVER_MARK, die_with_parent
 
@@ -50,10 +51,15 @@ def bind_worker() -> None:
     Until step 3 the worker's own copy keeps the server alive, so the server cannot exit
     through its pipe between the fork and step 1. The multiprocessing resource tracker, held
     open by the ingest and its workers only, then sees its own pipe close and exits too.
+
+    The worker also ignores SIGINT, as the server and the tracker already do: a Ctrl-C reaches
+    the terminal's whole process group, and the ingest alone should answer it (it stops its pool
+    and says "interrupted"); otherwise each idle worker printed a KeyboardInterrupt traceback.
     """
     if SERVER_PID is None or os.getpid() == SERVER_PID:
         return
     die_with_parent(SERVER_PID)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # (private; its fields have been stable since Python 3.4)

@@ -116,6 +116,25 @@ def test_sigterm_of_the_ingest_ends_its_helpers(tmp_path):
     assert all(v == 0 for v in _snapshot(home).values())
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_the_ingest_alone_and_quietly(tmp_path):
+    # A terminal's Ctrl-C signals the whole foreground process group: the ingest, its fork
+    # server, tracker and workers alike.
+    proc, home = _start_ingest(tmp_path, "early", start_new_session=True)
+    try:
+        kids = _helpers(proc, home)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert (tmp_path / "stderr").read_text() == "interrupted\n"  # one message, no worker's traceback
+    _assert_all_gone(kids)
+    assert all(v == 0 for v in _snapshot(home).values())
+
+
 _CHILD = """
 import os, sys, time
 from qkdb.ingest.workers import die_with_parent
