@@ -106,6 +106,11 @@ def process_group(
 
 
 def _init_worker() -> None:
+    # First, so that a worker forked as the ingest dies does not linger. (Imported here: the
+    # module belongs in the fork server and its workers, not in the ingest's own process.)
+    from qkdb.ingest.fork_server import bind_worker
+
+    bind_worker()
     # Worker processes share the cores: one BLAS thread each avoids oversubscription. scipy is
     # imported first so that its own BLAS library is loaded, and limited, too.
     import scipy.linalg  # noqa: F401

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,47 @@ def start_workers(workers: int) -> None:
 
         with scoped_env({**SINGLE_THREAD_ENV, FORK_SERVER_MARK: "1"}):
             forkserver.ensure_running()
+
+
+# prctl's option (linux/prctl.h): the signal the kernel sends a process when its parent ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process as soon as its parent process ``parent`` ends.
+
+    Parameters
+    ----------
+    parent : int
+        The pid this process's parent had when it forked this one. If the parent has already
+        ended (this process was re-parented before the signal was armed, so it would never
+        come), this process exits at once with status 1.
+
+    Returns
+    -------
+    bool
+        Whether the signal is armed: only on Linux (``PR_SET_PDEATHSIG``); elsewhere nothing
+        is done.
+
+    Notes
+    -----
+    The kernel sends the signal when the *thread* that forked this process ends, not the whole
+    parent process: call it only in a process forked by a thread that lasts as long as its
+    parent. It is not inherited by children of ``fork``, and survives ``exec``.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl = ctypes.CDLL(None).prctl  # the C library the interpreter runs on
+    except (OSError, AttributeError):
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    if prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:
+        os._exit(1)
+    return True
 
 
 # glibc's mallopt parameters (malloc.h).
