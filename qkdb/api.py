@@ -23,7 +23,7 @@ from qkdb.errors import InputError, RegistryError
 from qkdb.ingest import registry
 from qkdb.ingest.complement import MAX_FIT
 from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
-from qkdb.ingest.layout import discover, read_metadata
+from qkdb.ingest.layout import METADATA_FILE, VALUE_BOUND, discover, read_metadata
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
@@ -171,6 +171,7 @@ def ingest(
     fit_rows: int | None = MAX_FIT,
     seed: int = 0,
     skip_bad_heads: bool = False,
+    drop_bad_vectors: bool = False,
     workers: int | None = None,
     force: bool = False,
     wait: float = 0.0,
@@ -194,6 +195,13 @@ def ingest(
         dataset's ``qkdb_dataset.json``.
     heads : str, optional
         Selection like ``"0-3"`` (layers), ``"5"`` or ``"l03h07,l05h01"``.
+    skip_bad_heads : bool
+        Ingest the other heads when one cannot be (bad file, too few vectors, ...); each skipped
+        head and the reason are recorded in ``ingest_runs.skipped``.
+    drop_bad_vectors : bool
+        Drop the rows whose vector holds NaN, ±inf or a value beyond ±65504 (``VALUE_BOUND``,
+        values no attention head produces), counting them in ``heads.n_dropped``, instead of
+        refusing the file (see docs/reliability.md).
     fit_rows : int or None
         Pooled vectors per head (a seeded subsample, Q and K in proportion) for the per-vector
         statistics of the ``complement`` and ``rope_planes`` tables; None uses every vector. The
@@ -225,8 +233,8 @@ def ingest(
         options = IngestOptions(
             n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
             collage_heads=tuple(collage), complement=complement, fit_rows=fit_rows, seed=seed,
-            skip_bad_heads=skip_bad_heads, rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing,
-            rope_scaling=spec.rope_scaling,
+            skip_bad_heads=skip_bad_heads, drop_bad_vectors=drop_bad_vectors, rope_theta=spec.rope_theta,
+            rope_pairing=spec.rope_pairing, rope_scaling=spec.rope_scaling,
         )
     except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
         raise InputError(str(exc)) from None
@@ -291,6 +299,7 @@ def _ingest_groups(
         staging = store.Staging(home, spec.model)
         progress("start", model=spec.model, total=total)
         done, skipped, d = 0, [], None
+        bad_rows: dict[str, int] = {}  # file -> rows dropped for bad values (drop_bad_vectors)
         for outcome in outcomes:
             name = f"l{outcome.layer:02d}h{outcome.head:02d}"
             if outcome.error is not None:
@@ -305,11 +314,14 @@ def _ingest_groups(
                 staging.add(TABLES[table_name], cols)
             d = rows.tables["heads"]["head_dim"]
             notes.extend(rows.notes)
+            bad_rows.update(rows.bad_rows_dropped)
             done += 1
             progress("head", model=spec.model, layer=outcome.layer, head=outcome.head, ok=True)
             store.pause_for_tests("QKDB_TEST_HEAD_DELAY")
         if done == 0:
             raise InputError(f"{location}: no head could be ingested ({len(skipped)} skipped)")
+        if bad_rows:
+            notes.append(_bad_rows_note(bad_rows))
         published = dt.datetime.now(dt.timezone.utc)
         staging.add(MODELS, _model_row(spec, source, location, revision, d, done, options, published))
         staging.close()
@@ -336,6 +348,19 @@ def _ingest_groups(
         if staging is not None:
             staging.discard()
         lock.release()
+
+
+def _bad_rows_note(bad_rows: dict[str, int]) -> str:
+    """One line for every row --drop-bad-vectors dropped: how many, in which head files."""
+    files = sorted(bad_rows, key=lambda f: (Path(f).parent.name, f))
+    shown = ", ".join(f"{Path(f).parent.name} {bad_rows[f]}" for f in files[:12])
+    more = f" and {len(files) - 12} more" if len(files) > 12 else ""
+    total = sum(bad_rows.values())
+    return (
+        f"dropped {total} row{'s' if total != 1 else ''} whose vectors hold NaN, ±inf or values beyond "
+        f"±{VALUE_BOUND:g} (--drop-bad-vectors; counted in heads.n_dropped), in {len(files)} "
+        f"file{'s' if len(files) != 1 else ''}: {shown}{more}"
+    )
 
 
 def _model_row(spec: ModelSpec, source, location, revision, head_dim, n_heads, options, published) -> dict:
