@@ -80,19 +80,39 @@ _METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry"}
 
 
 def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
-    """Model facts: options win over the registry, the registry over the dataset's metadata."""
+    """Model facts: options win over the registry, the registry over the dataset's metadata.
+
+    Head counts that contradict each other — a ``gqa_ratio`` that is not ``n_q_heads / n_kv_heads``,
+    whichever of the options, the registry and ``qkdb_dataset.json`` each number comes from, or a
+    ``qkdb_dataset.json`` whose counts disagree with the registry's for a registry model — are a
+    :class:`RegistryError` naming the numbers and their sources, raised before any work is done.
+    """
     name = name or metadata.get("model")
     if not name:
         raise RegistryError("give the model's name with --model (the dataset has no qkdb_dataset.json naming it)")
-    base = registry.find(name) or ModelSpec(model=name)
-    if not base.in_registry:
-        facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
+    registered = registry.find(name)
+    facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
+    for f in registry.HEAD_COUNTS:
+        if f in facts and (not isinstance(facts[f], int) or isinstance(facts[f], bool)):
+            raise InputError(f"{METADATA_FILE}: {f} must be an integer, got {facts[f]!r}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if registered is not None:
+        base, base_origin = registered, "the registry"
+    else:
         if "nope_layers" in facts:
             facts["nope_layers"] = tuple(facts["nope_layers"])
         if isinstance(facts.get("rope_scaling"), dict):
             facts["rope_scaling"] = json.dumps(facts["rope_scaling"], sort_keys=True)
-        base = base.with_overrides(**facts)
-    spec = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        base, base_origin = ModelSpec(model=name).with_overrides(**facts), METADATA_FILE
+    # Where each head count comes from, for the messages (a ratio derived from the counts: from theirs).
+    origin = {f: base_origin for f in registry.HEAD_COUNTS if getattr(base, f) is not None}
+    origin.update({f: flag for f, flag in registry.HEAD_COUNTS.items() if f in given})
+    spec = base.with_overrides(**given)
+    if spec.gqa_ratio is not None and "gqa_ratio" not in origin:
+        origin["gqa_ratio"] = "n_q_heads / n_kv_heads"
+    registry.check_head_counts(spec, origin)
+    if registered is not None:
+        _check_dataset_counts(spec, facts, given)
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -102,6 +122,27 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
             f"(and --family).{hint}"
         )
     return spec
+
+
+def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
+    """Refuse a registry model whose dataset says its head counts differ from the registry's.
+
+    The registry's facts win over ``qkdb_dataset.json``, but the key folders of a captured dataset
+    follow the counts it records: where the two disagree (and no option settles it), heads would be
+    paired by a mapping the capture did not use.
+    """
+    differ = [
+        f for f in registry.HEAD_COUNTS
+        if f not in given and facts.get(f) is not None and getattr(spec, f) is not None and facts[f] != getattr(spec, f)
+    ]
+    if differ:
+        said = ", ".join(f"{f}={facts[f]}" for f in differ)
+        ours = ", ".join(f"{f}={getattr(spec, f)}" for f in differ)
+        flags = ", ".join(registry.HEAD_COUNTS[f] for f in differ)
+        raise RegistryError(
+            f"model {spec.model}: the dataset's {METADATA_FILE} gives {said}, the registry {ours}; "
+            f"the key folders follow the capture's counts: give the right ones with {flags}"
+        )
 
 
 def _check_rope(options: IngestOptions) -> None:
@@ -220,7 +261,6 @@ def ingest(
     if path is None and not model:
         raise RegistryError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
     workers = workers or default_workers()
-    start_workers(workers)  # their start-up overlaps the discovery and warehouse work below
     path = Path(path) if path is not None else None
     metadata = read_metadata(path) if path is not None and path.is_dir() else {}
     spec = resolve_spec(
@@ -238,6 +278,9 @@ def ingest(
         )
     except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
         raise InputError(str(exc)) from None
+    # Once the facts and parameters hold (contradictions are refused before anything starts), the
+    # workers' start-up overlaps the discovery and warehouse work below.
+    start_workers(workers)
     _check_rope(options)
     selection = HeadSelection.parse(heads)
     hub_source = None
