@@ -84,7 +84,7 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
 
     Head counts that contradict each other — a ``gqa_ratio`` that is not ``n_q_heads / n_kv_heads``,
     whichever of the options, the registry and ``qkdb_dataset.json`` each number comes from, or a
-    ``qkdb_dataset.json`` whose counts disagree with the registry's for a registry model — are a
+    ``qkdb_dataset.json`` whose ratio differs from the registry's for a registry model — are a
     :class:`RegistryError` naming the numbers and their sources, raised before any work is done.
     """
     name = name or metadata.get("model")
@@ -125,24 +125,28 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
 
 
 def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
-    """Refuse a registry model whose dataset says its head counts differ from the registry's.
+    """Refuse a registry model whose dataset records another GQA ratio than the registry's.
 
     The registry's facts win over ``qkdb_dataset.json``, but the key folders of a captured dataset
-    follow the counts it records: where the two disagree (and no option settles it), heads would be
-    paired by a mapping the capture did not use.
+    follow the ratio it records (stated, or ``n_q_heads / n_kv_heads``): where the two differ and
+    no ``--gqa-ratio`` settles it, queries would be paired by a mapping the capture did not use.
+    Counts that differ at the same ratio (a small simulation under a registry name) pair correctly.
     """
-    differ = [
-        f for f in registry.HEAD_COUNTS
-        if f not in given and facts.get(f) is not None and getattr(spec, f) is not None and facts[f] != getattr(spec, f)
-    ]
-    if differ:
-        said = ", ".join(f"{f}={facts[f]}" for f in differ)
-        ours = ", ".join(f"{f}={getattr(spec, f)}" for f in differ)
-        flags = ", ".join(registry.HEAD_COUNTS[f] for f in differ)
-        raise RegistryError(
-            f"model {spec.model}: the dataset's {METADATA_FILE} gives {said}, the registry {ours}; "
-            f"the key folders follow the capture's counts: give the right ones with {flags}"
-        )
+    if "gqa_ratio" in given:
+        return
+    q, kv = facts.get("n_q_heads"), facts.get("n_kv_heads")
+    theirs = facts.get("gqa_ratio") or (q // kv if q and kv and q > 0 and kv > 0 and q % kv == 0 else None)
+    if theirs is None or spec.gqa_ratio is None or theirs == spec.gqa_ratio:
+        return
+
+    def counts(n_q, n_kv) -> str:
+        return f" (n_q_heads / n_kv_heads = {n_q} / {n_kv})" if n_q and n_kv else ""
+
+    raise RegistryError(
+        f"model {spec.model}: the dataset's {METADATA_FILE} gives gqa_ratio={theirs}{counts(q, kv)}, the registry "
+        f"gqa_ratio={spec.gqa_ratio}{counts(spec.n_q_heads, spec.n_kv_heads)}; the key folders follow the "
+        "capture's ratio: give the right one with --gqa-ratio (and --n-q-heads, --n-kv-heads)"
+    )
 
 
 def _check_rope(options: IngestOptions) -> None:

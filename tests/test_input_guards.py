@@ -399,8 +399,12 @@ GQA_CASES = [
                  "gqa_ratio=3 (--gqa-ratio) contradicts n_q_heads / n_kv_heads = 4 (--n-q-heads) / 2 (--n-kv-heads) = 2",
                  id="options alone"),
     pytest.param(dict(n_q_heads=32, n_kv_heads=16), "llama3.2-1b", [],
-                 "qkdb_dataset.json gives n_kv_heads=16, the registry n_kv_heads=8",
+                 "qkdb_dataset.json gives gqa_ratio=2 (n_q_heads / n_kv_heads = 32 / 16), the registry gqa_ratio=4 "
+                 "(n_q_heads / n_kv_heads = 32 / 8)",
                  id="json vs registry"),
+    pytest.param(dict(gqa_ratio=2), "llama3.2-1b", ["--n-layers", "2"],
+                 "qkdb_dataset.json gives gqa_ratio=2, the registry gqa_ratio=4 (n_q_heads / n_kv_heads = 32 / 8)",
+                 id="json ratio vs registry"),
 ]
 
 
@@ -424,6 +428,28 @@ def test_contradicting_head_counts_never_create_a_warehouse(tmp_path, home, runn
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--gqa-ratio", "3", "-q"])
     assert result.exit_code == 2 and "gqa_ratio=3" in _one_error_line(result)
     assert not home.exists()
+
+
+def test_a_registry_name_on_a_smaller_dataset_with_the_same_ratio_is_accepted(tmp_path, home, runner):
+    # Head counts that differ from the registry's at the same ratio pair queries and keys alike
+    # (llama3.2-1b: 32 / 8 = 4; this dataset: 4 / 1, every query head reads l00h00k).
+    ds = tmp_path / "ds"
+    rng = np.random.default_rng(1)
+    for h in range(4):
+        Q, tq = planted_head(rng, N, D, slope=1.5e-3, mean_a=4.0, offset=4.0)
+        write_head(ds, 0, h, "q", Q, tq)
+    K, tk = planted_head(rng, N, D, slope=3e-3, mean_a=-1.0, offset=-4.0)
+    write_head(ds, 0, 0, "k", K, tk)
+    write_metadata(ds, {"model": "llama3.2-1b", "n_q_heads": 4, "n_kv_heads": 1})
+    result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1"])
+    assert result.exit_code == 0, result.stderr
+    # Another ratio in the dataset is refused, unless --gqa-ratio (with counts that agree) settles it.
+    write_metadata(ds, {"model": "llama3.2-1b", "n_q_heads": 4, "n_kv_heads": 2})
+    result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1"])
+    assert result.exit_code == 2 and "gives gqa_ratio=2" in _one_error_line(result)
+    result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1",
+                                 "--gqa-ratio", "4", "--n-q-heads", "4", "--n-kv-heads", "1"])
+    assert result.exit_code == 0, result.stderr
 
 
 def test_consistent_head_counts_from_any_source_are_accepted_and_recorded(tmp_path, home, runner):
