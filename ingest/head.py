@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qkdb.errors import InputError
-from qkdb.ingest.layout import HeadData
+from qkdb.ingest.layout import HeadData, screen_values, within_bound
 from qkdb.ingest.complement import complement_pairs
 from qkdb.ingest.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
@@ -24,6 +24,7 @@ class KindData:
     data: HeadData
     moments: Moments
     source: str  # file path, for error messages
+    bad_rows_dropped: int = 0  # rows dropped for values no head produces (drop_bad_vectors)
 
 
 @dataclass
@@ -47,12 +48,28 @@ class HeadRows:
     head: int
     tables: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # file -> rows dropped for values no head produces; the caller sums them into one message
+    # (a key file serves several query heads: keyed by file, it is counted once)
+    bad_rows_dropped: dict[str, int] = field(default_factory=dict)
 
 
 def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...]) -> KindData:
-    """Validate and subsample one file's vectors, then take their moments (once per file)."""
+    """Validate and subsample one file's vectors, then take their moments (once per file).
+
+    Values no attention head produces (NaN, ±inf, beyond ±VALUE_BOUND) are refused with an
+    :class:`InputError` naming the file, or their rows dropped with ``options.drop_bad_vectors``.
+    A clean file costs no extra pass over its vectors: finite column sums from the reader prove its
+    values finite, and its moments prove them within the bound (:func:`within_bound`); every row is
+    tested only when one of these fails, or when a subsample's moments would not cover every row.
+    """
     n = len(data.positions)
-    if options.max_vectors is not None and n > options.max_vectors:
+    subsample = options.max_vectors is not None and n > options.max_vectors
+    dropped = 0
+    if data.vector_sum is None or subsample:
+        data, dropped = screen_values(data, source, drop=options.drop_bad_vectors)
+        n = len(data.positions)
+        subsample = options.max_vectors is not None and n > options.max_vectors
+    if subsample:
         rng = np.random.default_rng((options.seed, *rng_key))
         idx = np.sort(rng.choice(n, size=options.max_vectors, replace=False))
         data = HeadData(
@@ -61,18 +78,31 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
             None if data.example_id is None else data.example_id[idx],
             data.n_dropped,
             data.sliding_window,
+            screened=data.screened,
         )
         n = options.max_vectors
-    if n < options.min_vectors:
-        raise InputError(f"{source}: {n} usable vectors, fewer than the minimum {options.min_vectors}")
-    m = moments(data.vectors, data.positions, total=data.vector_sum)
+    _check_enough(n, source, options)
+    # Finite values too large for any head may still overflow their squares here; they then fail
+    # within_bound and are found by screen_values. Nothing of that may reach the user as a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = moments(data.vectors, data.positions, total=data.vector_sum)
+    if not data.screened and not within_bound(m.mean, m.cov, m.n):
+        data, dropped = screen_values(data, source, drop=options.drop_bad_vectors)
+        if dropped:
+            _check_enough(len(data.positions), source, options)
+            m = moments(data.vectors, data.positions)
     if t_is_constant(m):
         # The metrics would be NULL (SPEC §4), but a file whose positions never change is a broken
         # capture: say so rather than publish a head without any position signal.
         raise InputError(
-            f"{source}: all {n} vectors have position {data.positions[0]:g}; nothing about position can be measured"
+            f"{source}: all {m.n} vectors have position {data.positions[0]:g}; nothing about position can be measured"
         )
-    return KindData(data, m, source)
+    return KindData(data, m, source, dropped)
+
+
+def _check_enough(n: int, source: str, options: IngestOptions) -> None:
+    if n < options.min_vectors:
+        raise InputError(f"{source}: {n} usable vectors, fewer than the minimum {options.min_vectors}")
 
 
 def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions) -> HeadRows:
@@ -82,6 +112,7 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
             f"{q.source}: head_dim {q.moments.d} differs from its key head's {k.moments.d} ({k.source})"
         )
     rows = HeadRows(ctx.layer, ctx.head)
+    rows.bad_rows_dropped = {kd.source: kd.bad_rows_dropped for kd in (q, k) if kd.bad_rows_dropped}
     pca = combined_pca(q.moments, k.moments, options.n_components)
     rot = planar_rotation(q.moments, k.moments, options.b_method)
     if rot.note:

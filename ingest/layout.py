@@ -4,6 +4,11 @@ A dataset root holds, at any depth, one folder per captured head named ``l{LL}h{
 with a ``data.parquet`` inside. Query folders use the query-head index, key folders the
 KV-head index. An optional ``qkdb_dataset.json`` at the root records the model facts
 (written by ``qkdb simulate`` and ``qkdb sniff``) so that ``qkdb ingest --path`` needs no flags.
+
+Vector values no attention head produces — NaN, ±inf, or a magnitude beyond :data:`VALUE_BOUND` —
+mean a damaged or mis-written file. :func:`read_head` decodes without judging them;
+:func:`screen_values` finds them exactly and refuses the file (or drops their rows), and
+:func:`within_bound` proves a clean file clean from its moments at no extra pass over the vectors.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +29,12 @@ from qkdb.ingest.vector_pages import read_fixed_size_vectors
 HEAD_DIR = re.compile(r"^l(\d{2,3})h(\d{2,3})([qk])$")
 DATA_FILE = "data.parquet"
 METADATA_FILE = "qkdb_dataset.json"
+
+# The largest |value| a query or key vector may hold: float16's largest finite number. Real heads
+# stay far below it (the bundled SmolLM2-135M capture peaks at 20.25, the simulator at ~19; models
+# run in float16 cannot exceed it), while random bytes read as float32 land beyond it 44% of the
+# time. The measurements behind it: docs/reliability.md, "Values no attention head produces".
+VALUE_BOUND = 65504.0
 
 
 @dataclass(frozen=True)
@@ -52,14 +63,51 @@ class Discovery:
 
 @dataclass
 class HeadData:
-    """Vectors of one head file in float64 with their positions (rows with non-finite values dropped)."""
+    """Vectors of one head file in float64 with their positions (rows with a null vector or position dropped).
+
+    Until :func:`screen_values` has run (``screened``), values may be ones no head produces.
+    """
 
     vectors: np.ndarray  # (n, d) float64
     positions: np.ndarray  # (n,) float64
     example_id: np.ndarray | None  # (n,) int64 or None when the file has no such column
-    n_dropped: int
+    n_dropped: int  # rows dropped: null ones, and bad ones when screen_values dropped them
     sliding_window: int | None = None
-    vector_sum: np.ndarray | None = None  # (d,) column sums of ``vectors`` when already known
+    # (d,) column sums of ``vectors``, set only when they and every position are finite: then
+    # every vector value is finite too (NaN or ±inf would make its column's sum non-finite).
+    vector_sum: np.ndarray | None = None
+    screened: bool = False  # every value is known to be finite and within ±VALUE_BOUND
+
+
+@dataclass(frozen=True)
+class BadValues:
+    """Where a file holds values no attention head produces (see :func:`find_bad_values`)."""
+
+    rows: np.ndarray  # (n,) bool: rows with a bad vector value or a non-finite position
+    non_finite: int  # vector values that are NaN or ±inf
+    beyond: int  # finite vector values beyond ±VALUE_BOUND
+    bad_positions: int  # non-finite positions
+    largest: float  # the largest finite |value| beyond the bound (NaN when there is none)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.rows.sum())
+
+    def describe(self, n: int) -> str:
+        """One clause: how many values of which kind, in how many of the ``n`` rows."""
+        parts = []
+        if self.non_finite or self.beyond:
+            kinds = []
+            if self.non_finite:
+                kinds.append(f"{self.non_finite} NaN or infinite")
+            if self.beyond:
+                kinds.append(f"{self.beyond} beyond ±{VALUE_BOUND:g} (largest |value| {self.largest:.3g})")
+            total = self.non_finite + self.beyond
+            parts.append(f"{total} vector value{'s' if total != 1 else ''} no attention head produces "
+                         f"({', '.join(kinds)})")
+        if self.bad_positions:
+            parts.append(f"{self.bad_positions} non-finite position{'s' if self.bad_positions != 1 else ''}")
+        return f"{' and '.join(parts)} in {self.n_rows} of {n} rows"
 
 
 def head_dir_name(layer: int, head: int, kind: str) -> str:
@@ -171,9 +219,11 @@ def read_head(path: str | os.PathLike) -> HeadData:
     """Read one ``data.parquet`` into float64 arrays, once, without Python loops over rows.
 
     Accepts FixedSizeList or list vectors of float16/32/64. Rows whose vector or position is
-    null or non-finite are dropped and counted in ``n_dropped``. A null-free FixedSizeList
-    float32/float64 column (what sniffers write) is read straight from its pages into float64
-    (:mod:`qkdb.ingest.vector_pages`); every other column goes through pyarrow's reader.
+    null are dropped and counted in ``n_dropped``; values are not judged here (see
+    :func:`screen_values`). A null-free FixedSizeList float32/float64 column (what sniffers write)
+    is read straight from its pages into float64 (:mod:`qkdb.ingest.vector_pages`); every other
+    column goes through pyarrow's reader. Both paths end in the same arrays and the same column
+    sums, so whatever judges the values treats them alike.
     """
     path = Path(path)
     try:
@@ -225,32 +275,107 @@ def read_head(path: str | os.PathLike) -> HeadData:
         if n and d == 0:
             raise InputError(f"{path}: vectors are empty")
         flat = _numpy(values)
+        # (float16 inf stays inf, NaN stays NaN: float-to-float widening never warns)
         vectors = flat.reshape(n, d).astype(np.float64, copy=flat.dtype != np.float64)
-    n = len(vectors)
     positions = _numpy(pos).astype(np.float64)
     example_id = None
     if "example_id" in table.column_names:
         ex = table.column("example_id").combine_chunks()
         example_id = _numpy(ex.fill_null(-1) if ex.null_count else ex).astype(np.int64)
-    n_bad = 0
     # Column sums test every value in one pass the moments reuse for the mean: NaN or ±inf anywhere
-    # make its column's sum non-finite, so finite sums prove every value finite. The row-by-row
-    # test runs only when something is off (or a sum of finite values overflowed).
-    with np.errstate(over="ignore", invalid="ignore"):  # (inf − inf, overflow: the row test follows)
+    # make its column's sum non-finite, so finite sums prove every value finite. When they are not
+    # (or a sum of huge finite values overflowed), none is passed on: screen_values tests each row.
+    with np.errstate(over="ignore", invalid="ignore"):  # (inf − inf, overflow: said by the None)
         vector_sum = vectors.sum(axis=0)
     if not (np.isfinite(vector_sum).all() and np.isfinite(positions).all()):
-        vector_sum = None  # (the moments sum what is left)
-        finite = np.isfinite(vectors).all(axis=1) & np.isfinite(positions)
-        n_bad = int(n - finite.sum())
-        if n_bad:
-            vectors, positions = vectors[finite], positions[finite]
-            example_id = example_id[finite] if example_id is not None else None
+        vector_sum = None
     sliding = None
     if "sliding_window" in table.column_names:
         sw = table.column("sliding_window").drop_null()
         if len(sw):
             sliding = int(_numpy(sw.combine_chunks()).max())
-    return HeadData(vectors, positions, example_id, int(n_null) + n_bad, sliding, vector_sum)
+    return HeadData(vectors, positions, example_id, int(n_null), sliding, vector_sum)
+
+
+def find_bad_values(data: HeadData) -> BadValues | None:
+    """Every vector value that is NaN, ±inf or beyond ±VALUE_BOUND, and every non-finite position.
+
+    Exact and vectorised (a few passes over the vectors): meant for files that a cheap test
+    (:func:`within_bound`, or non-finite column sums) did not prove clean. None when all is well.
+    """
+    X = data.vectors
+    # NaN fails every comparison, so `~(|x| <= bound)` catches NaN, ±inf and the too large at once.
+    bad = ~(np.abs(X) <= VALUE_BOUND)
+    bad_pos = ~np.isfinite(data.positions)
+    rows = bad.any(axis=1) | bad_pos
+    if not rows.any():
+        return None
+    finite = np.isfinite(X)
+    beyond = bad & finite
+    return BadValues(
+        rows=rows,
+        non_finite=int(X.size - np.count_nonzero(finite)),
+        beyond=int(np.count_nonzero(beyond)),
+        bad_positions=int(np.count_nonzero(bad_pos)),
+        largest=float(np.abs(X[beyond]).max()) if beyond.any() else float("nan"),
+    )
+
+
+def screen_values(data: HeadData, path: str | os.PathLike, *, drop: bool = False) -> tuple[HeadData, int]:
+    """Refuse a file holding values no attention head produces, or drop the rows that hold them.
+
+    Parameters
+    ----------
+    data : HeadData
+        What :func:`read_head` returned for ``path``.
+    path : path-like
+        The file, for the message.
+    drop : bool
+        Drop the offending rows (counted in ``n_dropped``) instead of raising.
+
+    Returns
+    -------
+    (HeadData, int)
+        The data with ``screened`` set (and the offending rows gone when ``drop``), and the
+        number of rows dropped.
+
+    Raises
+    ------
+    InputError
+        Unless ``drop``: naming the file and how many values are NaN, infinite or beyond
+        ±VALUE_BOUND, in how many rows.
+    """
+    if data.screened:
+        return data, 0
+    bad = find_bad_values(data)
+    if bad is None:
+        return replace(data, screened=True), 0
+    n = len(data.positions)
+    if not drop:
+        raise InputError(
+            f"{path}: {bad.describe(n)}; the file looks damaged "
+            "(--drop-bad-vectors drops those rows, --skip-bad-heads skips the head)"
+        )
+    keep = ~bad.rows
+    example_id = data.example_id[keep] if data.example_id is not None else None
+    out = HeadData(data.vectors[keep], data.positions[keep], example_id, data.n_dropped + bad.n_rows,
+                   data.sliding_window, None, screened=True)
+    return out, bad.n_rows
+
+
+def within_bound(mean: np.ndarray, cov: np.ndarray, n: int) -> bool:
+    """Whether moments alone prove every value of their vectors within ±VALUE_BOUND.
+
+    One term of a sum of squares is at most the sum: ``|x_ij − μ_j| ≤ sqrt(n · cov_jj)``, so
+    ``|μ_j| + sqrt(n · cov_jj) ≤ VALUE_BOUND`` for every column bounds every value without another
+    pass over the vectors. Real heads pass with a wide margin (8,000 vectors of standard deviation
+    10 reach ~900); a file that does not pass is not necessarily bad, only not proven clean:
+    :func:`screen_values` decides. NaN anywhere fails the test. The bound is shrunk by 1e-6
+    (relative) to cover the rounding of the moments.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # (inf or NaN moments fail the test below)
+        reach = np.abs(mean) + np.sqrt(n * np.diagonal(cov))
+    return bool(np.all(reach <= VALUE_BOUND * (1 - 1e-6)))
 
 
 def write_head(
@@ -265,8 +390,9 @@ def write_head(
     sliding_window: int | None = None,
     token_str: list[str] | None = None,
     dtype: str = "float32",
+    compression: str = "zstd",
 ) -> Path:
-    """Write one head folder in the sniffed-qk layout (FixedSizeList vectors, zstd)."""
+    """Write one head folder in the sniffed-qk layout (FixedSizeList vectors, zstd unless told otherwise)."""
     vectors = np.ascontiguousarray(vectors, dtype=dtype)
     n, d = vectors.shape
     folder = Path(root) / head_dir_name(layer, head, kind)
@@ -283,5 +409,5 @@ def write_head(
     path = folder / DATA_FILE
     # Dictionary-encoding full-mantissa floats is wasted work (they never repeat).
     dict_cols = [c for c in cols if c != "vector"]
-    pq.write_table(pa.table(cols), path, compression="zstd", use_dictionary=dict_cols)
+    pq.write_table(pa.table(cols), path, compression=compression, use_dictionary=dict_cols)
     return path

@@ -22,6 +22,9 @@ class IngestOptions:
     fit_rows: int | None = MAX_FIT
     seed: int = 0
     skip_bad_heads: bool = False
+    # Rows whose vector holds NaN, ±inf or a value beyond ±VALUE_BOUND: dropped (counted in
+    # heads.n_dropped) instead of refusing the file. Off: such a file is bad input.
+    drop_bad_vectors: bool = False
     # RoPE layout for `rope_planes` (None theta: frequencies are fitted)
     rope_theta: float | None = None
     rope_pairing: str = "half"

@@ -39,18 +39,20 @@ class ModelSpec:
     in_registry: bool = field(default=False, compare=False)
 
     def with_overrides(self, **facts) -> "ModelSpec":
-        """A copy with the non-None facts replaced (ingest options win over the registry)."""
+        """A copy with the non-None facts replaced (ingest options win over the registry).
+
+        A missing ``gqa_ratio`` is derived from ``n_q_heads / n_kv_heads`` when they divide; a ratio
+        already known is kept, never silently re-derived: :func:`check_head_counts` refuses counts
+        that contradict it.
+        """
         known = {f.name for f in fields(self)}
         bad = set(facts) - known
         if bad:
             raise ValueError(f"unknown model facts: {sorted(bad)}")
         spec = replace(self, **{k: v for k, v in facts.items() if v is not None})
-        if spec.gqa_ratio is None and spec.n_q_heads and spec.n_kv_heads:
-            if spec.n_q_heads % spec.n_kv_heads:
-                raise RegistryError(
-                    f"model {spec.model}: n_q_heads={spec.n_q_heads} is not a multiple of n_kv_heads={spec.n_kv_heads}"
-                )
-            spec = replace(spec, gqa_ratio=spec.n_q_heads // spec.n_kv_heads)
+        q, kv = spec.n_q_heads, spec.n_kv_heads
+        if spec.gqa_ratio is None and q and kv and q > 0 and kv > 0 and q % kv == 0:
+            spec = replace(spec, gqa_ratio=q // kv)
         return spec
 
     def missing_facts(self) -> list[str]:
@@ -61,6 +63,67 @@ class ModelSpec:
         if not self.n_layers:
             missing.append("--n-layers")
         return missing
+
+
+# The facts that map query heads to key heads, and the ingest options that give them.
+HEAD_COUNTS = {"n_q_heads": "--n-q-heads", "n_kv_heads": "--n-kv-heads", "gqa_ratio": "--gqa-ratio"}
+
+
+def check_head_counts(spec: ModelSpec, origin: dict[str, str] | None = None) -> None:
+    """Refuse head counts that are not positive or that contradict each other.
+
+    Query head ``h`` reads key head ``h // gqa_ratio``: a ratio that disagrees with
+    ``n_q_heads / n_kv_heads`` pairs queries with the wrong keys and publishes a ``models`` row
+    that contradicts itself, so it is refused before any file is read.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The merged facts.
+    origin : dict, optional
+        Where each fact of :data:`HEAD_COUNTS` came from (e.g. ``"--gqa-ratio"``, ``"the registry"``),
+        for the message.
+
+    Raises
+    ------
+    RegistryError
+        Naming the numbers and where each came from.
+    """
+    origin = origin or {}
+
+    def where(*names: str) -> str:
+        places = [origin[n] for n in names if n in origin]
+        return f" ({places[0]})" if places and len(set(places)) == 1 and len(places) == len(names) else ""
+
+    def fact(name: str) -> str:
+        return f"{name}={getattr(spec, name)}{where(name)}"
+
+    for name in HEAD_COUNTS:
+        value = getattr(spec, name)
+        if value is not None and value < 1:
+            raise RegistryError(f"model {spec.model}: {fact(name)} must be at least 1")
+    q, kv, ratio = spec.n_q_heads, spec.n_kv_heads, spec.gqa_ratio
+    if q is not None and kv is not None:
+        # The counts as one clause: their common source once, else each its own.
+        same = where("n_q_heads", "n_kv_heads")
+        counts = (f"n_q_heads / n_kv_heads = {q} / {kv}" + same if same
+                  else f"n_q_heads / n_kv_heads = {q}{where('n_q_heads')} / {kv}{where('n_kv_heads')}")
+        if ratio is None and q % kv:
+            raise RegistryError(
+                f"model {spec.model}: {counts} is not a whole number; every KV head must serve the same "
+                "number of query heads"
+            )
+        if ratio is not None and q != ratio * kv:
+            raise RegistryError(
+                f"model {spec.model}: {fact('gqa_ratio')} contradicts {counts} = {q / kv:g}; query head h reads "
+                "key head h // gqa_ratio, so the three must agree: give the right ones with --n-q-heads, "
+                "--n-kv-heads and --gqa-ratio"
+            )
+    elif q is not None and ratio is not None and q % ratio:
+        raise RegistryError(
+            f"model {spec.model}: {fact('n_q_heads')} is not a multiple of {fact('gqa_ratio')}; every KV head "
+            "must serve the same number of query heads"
+        )
 
 
 def _int(v: str) -> int | None:

@@ -23,7 +23,7 @@ from qkdb.errors import InputError, QkdbError, RegistryError
 from qkdb.ingest import registry
 from qkdb.ingest.complement import MAX_FIT
 from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
-from qkdb.ingest.layout import discover, read_metadata
+from qkdb.ingest.layout import METADATA_FILE, VALUE_BOUND, discover, read_metadata
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.registry import ModelSpec
 from qkdb.ingest.select import HeadSelection
@@ -90,19 +90,39 @@ _METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry"}
 
 
 def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
-    """Model facts: options win over the registry, the registry over the dataset's metadata."""
+    """Model facts: options win over the registry, the registry over the dataset's metadata.
+
+    Head counts that contradict each other — a ``gqa_ratio`` that is not ``n_q_heads / n_kv_heads``,
+    whichever of the options, the registry and ``qkdb_dataset.json`` each number comes from, or a
+    ``qkdb_dataset.json`` whose ratio differs from the registry's for a registry model — are a
+    :class:`RegistryError` naming the numbers and their sources, raised before any work is done.
+    """
     name = name or metadata.get("model")
     if not name:
         raise RegistryError("give the model's name with --model (the dataset has no qkdb_dataset.json naming it)")
-    base = registry.find(name) or ModelSpec(model=name)
-    if not base.in_registry:
-        facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
+    registered = registry.find(name)
+    facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
+    for f in registry.HEAD_COUNTS:
+        if f in facts and (not isinstance(facts[f], int) or isinstance(facts[f], bool)):
+            raise InputError(f"{METADATA_FILE}: {f} must be an integer, got {facts[f]!r}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if registered is not None:
+        base, base_origin = registered, "the registry"
+    else:
         if "nope_layers" in facts:
             facts["nope_layers"] = tuple(facts["nope_layers"])
         if isinstance(facts.get("rope_scaling"), dict):
             facts["rope_scaling"] = json.dumps(facts["rope_scaling"], sort_keys=True)
-        base = base.with_overrides(**facts)
-    spec = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        base, base_origin = ModelSpec(model=name).with_overrides(**facts), METADATA_FILE
+    # Where each head count comes from, for the messages (a ratio derived from the counts: from theirs).
+    origin = {f: base_origin for f in registry.HEAD_COUNTS if getattr(base, f) is not None}
+    origin.update({f: flag for f, flag in registry.HEAD_COUNTS.items() if f in given})
+    spec = base.with_overrides(**given)
+    if spec.gqa_ratio is not None and "gqa_ratio" not in origin:
+        origin["gqa_ratio"] = "n_q_heads / n_kv_heads"
+    registry.check_head_counts(spec, origin)
+    if registered is not None:
+        _check_dataset_counts(spec, facts, given)
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -112,6 +132,31 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
             f"(and --family).{hint}"
         )
     return spec
+
+
+def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
+    """Refuse a registry model whose dataset records another GQA ratio than the registry's.
+
+    The registry's facts win over ``qkdb_dataset.json``, but the key folders of a captured dataset
+    follow the ratio it records (stated, or ``n_q_heads / n_kv_heads``): where the two differ and
+    no ``--gqa-ratio`` settles it, queries would be paired by a mapping the capture did not use.
+    Counts that differ at the same ratio (a small simulation under a registry name) pair correctly.
+    """
+    if "gqa_ratio" in given:
+        return
+    q, kv = facts.get("n_q_heads"), facts.get("n_kv_heads")
+    theirs = facts.get("gqa_ratio") or (q // kv if q and kv and q > 0 and kv > 0 and q % kv == 0 else None)
+    if theirs is None or spec.gqa_ratio is None or theirs == spec.gqa_ratio:
+        return
+
+    def counts(n_q, n_kv) -> str:
+        return f" (n_q_heads / n_kv_heads = {n_q} / {n_kv})" if n_q and n_kv else ""
+
+    raise RegistryError(
+        f"model {spec.model}: the dataset's {METADATA_FILE} gives gqa_ratio={theirs}{counts(q, kv)}, the registry "
+        f"gqa_ratio={spec.gqa_ratio}{counts(spec.n_q_heads, spec.n_kv_heads)}; the key folders follow the "
+        "capture's ratio: give the right one with --gqa-ratio (and --n-q-heads, --n-kv-heads)"
+    )
 
 
 def _check_rope(options: IngestOptions) -> None:
@@ -181,6 +226,7 @@ def ingest(
     fit_rows: int | None = MAX_FIT,
     seed: int = 0,
     skip_bad_heads: bool = False,
+    drop_bad_vectors: bool = False,
     workers: int | None = None,
     force: bool = False,
     wait: float = 0.0,
@@ -204,6 +250,13 @@ def ingest(
         dataset's ``qkdb_dataset.json``.
     heads : str, optional
         Selection like ``"0-3"`` (layers), ``"5"`` or ``"l03h07,l05h01"``.
+    skip_bad_heads : bool
+        Ingest the other heads when one cannot be (bad file, too few vectors, ...); each skipped
+        head and the reason are recorded in ``ingest_runs.skipped``.
+    drop_bad_vectors : bool
+        Drop the rows whose vector holds NaN, ±inf or a value beyond ±65504 (``VALUE_BOUND``,
+        values no attention head produces), counting them in ``heads.n_dropped``, instead of
+        refusing the file (see docs/reliability.md).
     fit_rows : int or None
         Pooled vectors per head (a seeded subsample, Q and K in proportion) for the per-vector
         statistics of the ``complement`` and ``rope_planes`` tables; None uses every vector. The
@@ -222,7 +275,6 @@ def ingest(
     if path is None and not model:
         raise RegistryError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
     workers = workers or default_workers()
-    start_workers(workers)  # their start-up overlaps the discovery and warehouse work below
     path = Path(path) if path is not None else None
     metadata = read_metadata(path) if path is not None and path.is_dir() else {}
     spec = resolve_spec(
@@ -235,11 +287,14 @@ def ingest(
         options = IngestOptions(
             n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
             collage_heads=tuple(collage), complement=complement, fit_rows=fit_rows, seed=seed,
-            skip_bad_heads=skip_bad_heads, rope_theta=spec.rope_theta, rope_pairing=spec.rope_pairing,
-            rope_scaling=spec.rope_scaling,
+            skip_bad_heads=skip_bad_heads, drop_bad_vectors=drop_bad_vectors, rope_theta=spec.rope_theta,
+            rope_pairing=spec.rope_pairing, rope_scaling=spec.rope_scaling,
         )
     except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
         raise InputError(str(exc)) from None
+    # Once the facts and parameters hold (contradictions are refused before anything starts), the
+    # workers' start-up overlaps the discovery and warehouse work below.
+    start_workers(workers)
     _check_rope(options)
     selection = HeadSelection.parse(heads)
     hub_source = None
@@ -301,6 +356,7 @@ def _ingest_groups(
         staging = store.Staging(home, spec.model)
         progress("start", model=spec.model, total=total)
         done, skipped, d = 0, [], None
+        bad_rows: dict[str, int] = {}  # file -> rows dropped for bad values (drop_bad_vectors)
         for outcome in outcomes:
             name = f"l{outcome.layer:02d}h{outcome.head:02d}"
             if outcome.error is not None:
@@ -315,11 +371,14 @@ def _ingest_groups(
                 staging.add(TABLES[table_name], cols)
             d = rows.tables["heads"]["head_dim"]
             notes.extend(rows.notes)
+            bad_rows.update(rows.bad_rows_dropped)
             done += 1
             progress("head", model=spec.model, layer=outcome.layer, head=outcome.head, ok=True)
             store.pause_for_tests("QKDB_TEST_HEAD_DELAY")
         if done == 0:
             raise InputError(f"{location}: no head could be ingested ({len(skipped)} skipped)")
+        if bad_rows:
+            notes.append(_bad_rows_note(bad_rows))
         published = dt.datetime.now(dt.timezone.utc)
         staging.add(MODELS, _model_row(spec, source, location, revision, d, done, options, published))
         staging.close()
@@ -348,6 +407,19 @@ def _ingest_groups(
         if staging is not None:
             staging.discard()
         lock.release()
+
+
+def _bad_rows_note(bad_rows: dict[str, int]) -> str:
+    """One line for every row --drop-bad-vectors dropped: how many, in which head files."""
+    files = sorted(bad_rows, key=lambda f: (Path(f).parent.name, f))
+    shown = ", ".join(f"{Path(f).parent.name} {bad_rows[f]}" for f in files[:12])
+    more = f" and {len(files) - 12} more" if len(files) > 12 else ""
+    total = sum(bad_rows.values())
+    return (
+        f"dropped {total} row{'s' if total != 1 else ''} whose vectors hold NaN, ±inf or values beyond "
+        f"±{VALUE_BOUND:g} (--drop-bad-vectors; counted in heads.n_dropped), in {len(files)} "
+        f"file{'s' if len(files) != 1 else ''}: {shown}{more}"
+    )
 
 
 def _model_row(spec: ModelSpec, source, location, revision, head_dim, n_heads, options, published) -> dict:

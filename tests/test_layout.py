@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,7 +11,7 @@ import pytest
 
 from qkdb.errors import InputError
 from qkdb.ingest.engine import plan_groups
-from qkdb.ingest.layout import discover, read_head, write_head
+from qkdb.ingest.layout import discover, read_head, screen_values, write_head
 from qkdb.ingest.select import HeadSelection
 
 
@@ -62,13 +64,19 @@ def test_sliding_window_is_the_largest_value_given(tmp_path):
     assert read_head(tmp_path / "l00h01q" / "data.parquet").sliding_window is None
 
 
-def test_null_and_non_finite_rows_are_dropped_and_counted(tmp_path):
+def test_null_rows_are_dropped_and_counted_and_non_finite_ones_are_screened(tmp_path):
     vec = pa.array([[1.0, 2.0], None, [np.nan, 1.0], [3.0, np.inf], [5.0, 6.0]], type=pa.list_(pa.float32(), 2))
     pos = pa.array([0, 1, 2, 3, None], pa.int32())
     path = _write(tmp_path / "l00h00q" / "data.parquet", pa.table({"position": pos, "vector": vec}))
     data = read_head(path)
-    assert data.n_dropped == 4
-    np.testing.assert_array_equal(data.vectors, [[1.0, 2.0]])
+    # The reader drops only nulls; non-finite values are the screen's to judge.
+    assert data.n_dropped == 2 and data.vector_sum is None and not data.screened
+    np.testing.assert_array_equal(data.vectors, [[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf]])
+    with pytest.raises(InputError, match=r"l00h00q/data.parquet: 2 vector values .*\(2 NaN or infinite\) in 2 of 3 rows"):
+        screen_values(data, path)
+    kept, dropped = screen_values(data, path, drop=True)
+    assert dropped == 2 and kept.n_dropped == 4 and kept.screened
+    np.testing.assert_array_equal(kept.vectors, [[1.0, 2.0]])
 
 
 def test_column_sums_come_with_the_vectors_when_every_row_is_kept(tmp_path):
@@ -80,15 +88,17 @@ def test_column_sums_come_with_the_vectors_when_every_row_is_kept(tmp_path):
     np.testing.assert_array_equal(data.vector_sum, data.vectors.sum(axis=0))
 
 
-def test_no_column_sums_after_rows_are_dropped_or_when_a_sum_overflows(tmp_path):
+def test_no_column_sums_with_a_non_finite_value_or_when_a_sum_overflows(tmp_path):
     vec = pa.array([[1.0, 2.0], [np.nan, 1.0], [5.0, 6.0]], type=pa.list_(pa.float32(), 2))
     path = _write(tmp_path / "a" / "l00h00q" / "data.parquet", pa.table({"position": pa.array([0, 1, 2]), "vector": vec}))
-    dropped = read_head(path)
-    assert dropped.n_dropped == 1 and dropped.vector_sum is None
+    nan = read_head(path)
+    assert nan.n_dropped == 0 and nan.vector_sum is None
     # Finite values whose sum overflows: every row is kept, and no infinite sum is passed on.
     big = pa.array([[1e308, 1.0], [1e308, 2.0]], type=pa.list_(pa.float64(), 2))
     path = _write(tmp_path / "b" / "l00h00q" / "data.parquet", pa.table({"position": pa.array([0, 1]), "vector": big}))
-    kept = read_head(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kept = read_head(path)
     assert kept.n_dropped == 0 and kept.vector_sum is None
     np.testing.assert_array_equal(kept.vectors, [[1e308, 1.0], [1e308, 2.0]])
 

@@ -1,18 +1,22 @@
-"""Property: on any small parquet file the reader returns correct numbers or raises InputError."""
+"""Property: on any small parquet file the reader returns correct numbers or raises InputError, and the
+value screen refuses (or drops) exactly the rows holding NaN, ±inf or values beyond ±VALUE_BOUND."""
 
 from __future__ import annotations
 
+import re
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkdb.errors import InputError
-from qkdb.ingest.layout import read_head
+from qkdb.ingest.layout import VALUE_BOUND, read_head, screen_values
 
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.just(0.5))
 
@@ -50,11 +54,13 @@ def invalid_files(draw):
 
 
 def _expected(rows, null_vec, positions, width):
+    """Rows the reader keeps (no null), each with whether the screen lets it through."""
     out = []
     for r, nv, p in zip(rows, null_vec, positions):
         vec = np.asarray(r, dtype=width).astype(np.float64)
-        if not nv and p is not None and np.isfinite(vec).all():
-            out.append((vec, p))
+        if not nv and p is not None:
+            good = bool(np.isfinite(vec).all() and (np.abs(vec) <= VALUE_BOUND).all())
+            out.append((vec, p, good))
     return out
 
 
@@ -72,17 +78,27 @@ def _write(obj, root: str) -> Path:
 @given(valid_files())
 def test_valid_files_read_correctly(case):
     table, rows, null_vec, positions, width, d, fixed = case
-    with np.errstate(over="ignore"), tempfile.TemporaryDirectory() as root:
-        data = read_head(_write(table, root))
     with np.errstate(over="ignore"):
         expect = _expected(rows, null_vec, positions, width)
-    # A plain list column with no non-null row does not say its dimension.
-    kept = sum(1 for nv, p in zip(null_vec, positions) if not nv and p is not None)
-    assert data.vectors.shape == (len(expect), d if fixed or kept else 0)
-    assert data.n_dropped == len(rows) - len(expect)
-    for i, (vec, pos) in enumerate(expect):
-        np.testing.assert_array_equal(data.vectors[i], vec)
-        assert data.positions[i] == pos
+    with tempfile.TemporaryDirectory() as root, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning, whatever the values
+        path = _write(table, root)
+        data = read_head(path)
+        # A plain list column with no non-null row does not say its dimension.
+        assert data.vectors.shape == (len(expect), d if fixed or expect else 0)
+        assert data.n_dropped == len(rows) - len(expect)
+        for i, (vec, pos, _) in enumerate(expect):
+            np.testing.assert_array_equal(data.vectors[i], vec)
+            assert data.positions[i] == pos
+        good = [(vec, pos) for vec, pos, ok in expect if ok]
+        if len(good) < len(expect):
+            with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: .* in {len(expect) - len(good)} of {len(expect)} rows"):
+                screen_values(data, path)
+        kept, dropped = screen_values(data, path, drop=True)
+        assert dropped == len(expect) - len(good) and kept.n_dropped == len(rows) - len(good)
+        for i, (vec, pos) in enumerate(good):
+            np.testing.assert_array_equal(kept.vectors[i], vec)
+            assert kept.positions[i] == pos
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkdb.errors import InputError
-from qkdb.ingest.layout import read_head
+from qkdb.ingest import layout
+from qkdb.ingest.layout import read_head, screen_values
 from qkdb.ingest.vector_pages import read_fixed_size_vectors
 
 
@@ -113,19 +114,35 @@ def test_legacy_lz4_declines_and_read_head_still_reads(tmp_path):
     np.testing.assert_array_equal(read_head(path).vectors, X.astype(np.float64))
 
 
-def test_read_head_fast_path_keeps_null_positions_and_non_finite_rules(tmp_path):
+def test_read_head_fast_path_keeps_null_positions_and_non_finite_rules(tmp_path, monkeypatch):
     X = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
     X[2, 1] = np.nan
     X[4, 0] = np.inf
+    X[5, 2] = 1e5  # beyond float16's range: no head produces it
     path = tmp_path / "l00h00q" / "data.parquet"
     path.parent.mkdir()
     pq.write_table(_table(X, positions=[0, None, 2, 3, 4, 5]), path)
     assert _fast(path) is not None
-    data = read_head(path)
-    assert data.n_dropped == 3
-    np.testing.assert_array_equal(data.vectors, X[[0, 3, 5]].astype(np.float64))
-    np.testing.assert_array_equal(data.positions, [0, 3, 5])
-    np.testing.assert_array_equal(data.example_id, [0, 0, 0])
+    fast = read_head(path)
+    monkeypatch.setattr(layout, "read_fixed_size_vectors", lambda *a, **k: None)
+    slow = read_head(path)
+    # Both read paths hand the screen the same rows (only the null position's row is gone).
+    for data in (fast, slow):
+        assert data.n_dropped == 1 and data.vector_sum is None
+        np.testing.assert_array_equal(data.vectors, X[[0, 2, 3, 4, 5]].astype(np.float64))
+    messages = []
+    for data in (fast, slow):
+        with pytest.raises(InputError) as err:
+            screen_values(data, path)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "3 vector values" in messages[0] and "in 3 of 5 rows" in messages[0]
+    for data in (fast, slow):
+        kept, dropped = screen_values(data, path, drop=True)
+        assert dropped == 3 and kept.n_dropped == 4
+        np.testing.assert_array_equal(kept.vectors, X[[0, 3]].astype(np.float64))
+        np.testing.assert_array_equal(kept.positions, [0, 3])
+        np.testing.assert_array_equal(kept.example_id, [0, 0])
 
 
 def test_damaged_page_headers_never_give_wrong_numbers(tmp_path):

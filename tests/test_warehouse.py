@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import qkdb
-from qkdb.errors import RegistryError, WarehouseError
+from qkdb.errors import InputError, RegistryError, WarehouseError
 from qkdb.warehouse import store
 from qkdb.warehouse.schema import TABLES
 
@@ -216,7 +216,7 @@ def _rewrite(path, vectors, positions):
     write_head(folder.parent, layer, head, kind, vectors, positions)
 
 
-def test_non_finite_rows_are_dropped_and_counted(dataset, home):
+def test_non_finite_rows_are_refused_or_dropped_and_counted(dataset, home):
     from qkdb.ingest.layout import read_head
 
     path = dataset / "l00h01q" / "data.parquet"
@@ -225,7 +225,13 @@ def test_non_finite_rows_are_dropped_and_counted(dataset, home):
     X[:5, 0] = np.nan
     X[5:8, 3] = np.inf
     _rewrite(path, X, data.positions)
-    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    with pytest.raises(InputError, match=rf"{path}: 8 vector values .*\(8 NaN or infinite\) in 8 of {len(X)} rows"):
+        qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    result = qkdb.ingest(dataset, "toy", workers=1, drop_bad_vectors=True, **FACTS)
+    assert [n for n in result.notes if "dropped" in n] == [
+        "dropped 8 rows whose vectors hold NaN, ±inf or values beyond ±65504 (--drop-bad-vectors; "
+        "counted in heads.n_dropped), in 1 file: l00h01q 8"
+    ]
     con = qkdb.connect()
     try:
         n_q, dropped = con.execute("select n_q, n_dropped from heads where layer = 0 and head = 1").fetchall()[0]

@@ -67,6 +67,7 @@ def ingest(
     fit_rows: Annotated[str, typer.Option("--fit-rows", help="Vectors per head (seeded, Q and K in proportion) for the complement and RoPE-plane statistics, or 'all'. Fewer is faster and noisier.")] = str(MAX_FIT),
     seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
     skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
+    drop_bad_vectors: Annotated[bool, typer.Option("--drop-bad-vectors", help="Drop rows whose vector holds NaN, ±inf or a value beyond ±65504 (counted in heads.n_dropped) instead of refusing the file.")] = False,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: cores).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Re-ingest even if these files were already ingested.")] = False,
     wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for another ingest of the same model.")] = 0.0,
@@ -85,7 +86,7 @@ def ingest(
         rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components, b_method=b_method,
         points=points, collage=_parse_collage(collage_heads), complement=not no_complement,
         fit_rows=_parse_fit_rows(fit_rows), seed=seed,
-        skip_bad_heads=skip_bad_heads, workers=workers, force=force, wait=wait, home=home, cache_dir=cache_dir,
+        skip_bad_heads=skip_bad_heads, drop_bad_vectors=drop_bad_vectors, workers=workers, force=force, wait=wait, home=home, cache_dir=cache_dir,
     )
     if len(names) == 1:
         with ingest_progress(quiet) as progress:
