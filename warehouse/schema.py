@@ -119,7 +119,7 @@ HEADS = Table(
         Column("head_dim", i32, "Vector dimension d."),
         Column("n_q", i64, "Query vectors used."),
         Column("n_k", i64, "Key vectors used."),
-        Column("n_dropped", i64, "Query plus key rows dropped (null or non-finite values)."),
+        Column("n_dropped", i64, "Query plus key rows dropped: null vectors or positions, and with --drop-bad-vectors rows holding NaN, +-inf or values beyond +-65504."),
         Column("position_min", i64, "Smallest token position among the vectors used."),
         Column("position_max", i64, "Largest token position among the vectors used."),
         Column("sliding_window", i32, "Local-attention window of the head, NULL for global attention."),

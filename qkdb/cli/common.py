@@ -39,4 +39,5 @@ def out_console() -> Console:
 
 
 def note(message: str) -> None:
-    err.print(message, markup=False)
+    # One message, one line: a log or a terminal wraps it itself (rich would break it at 80 columns off a terminal).
+    err.print(message, markup=False, soft_wrap=True)
