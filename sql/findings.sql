@@ -263,15 +263,14 @@ pooled_r as (
 simpson as (
     select
         '002.F5.simpson' as id,
-        printf('%d %s', count(f.value), case when count(f.value) = 1 then 'family' else 'families' end) as scope,
+        printf('%d families', count(f.value)) as scope,
         'count' as stat,
         count(*) filter (where sign(f.value) * sign(o.r) < 0)::double as value,
         count(*) filter (where (o.ci_low > 0 and f.ci_high < 0) or (o.ci_high < 0 and f.ci_low > 0))::double as ci_low,
-        -- (A single family is the pool itself: it cannot reverse it.)
-        case when count(f.value) < 2 then 0 else count(*) filter (where
+        count(*) filter (where
             f.value is not null and not (
                 (o.ci_low > 0 and f.ci_low >= 0) or (o.ci_high < 0 and f.ci_high <= 0)
-            )) end::double as ci_high,
+            ))::double as ci_high,
         coalesce(
             string_agg(printf('%s (r = %.2f [%.2f, %.2f] vs %+.2f pooled)', replace(f.scope, 'family ', ''),
                               f.value, f.ci_low, f.ci_high, o.r), ', ')
@@ -286,7 +285,8 @@ simpson as (
     from ivc f
     cross join pooled_r o
     where f.id = '002.F5.family' and f.value is not null and o.r is not null
-    having count(f.value) > 0
+    -- One family is the pool itself: a reversal needs at least two (else 'no data').
+    having count(f.value) > 1
 ),
 measured as (
     select id, scope, value, value_lo, value_hi, v_from, v_to, sum_x, n_models, n_heads, ci_low, ci_high,
