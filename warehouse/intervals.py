@@ -80,7 +80,7 @@ def _read_inputs(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = N
     resamples); a finding that reads more or other clusters (Llama's lead over the other seed
     groups, say) gets its own, so that every resample draws exactly its clusters.
     """
-    query = "select id, scope, stat, model, cluster, unit, grp, arm, x, y from finding_inputs"
+    query = "select id, scope, stat, cluster, unit, grp, arm, x, y from finding_inputs"
     if ids is not None:
         query += " where id in (" + ", ".join("'" + i.replace("'", "''") + "'" for i in ids) + ")" if ids else " where false"
     # fetchnumpy, not Arrow: pyarrow's conversions with nulls import pandas (~0.2 s of an ingest).
@@ -91,7 +91,7 @@ def _read_inputs(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = N
         mask = np.ma.getmaskarray(col)
         return [None if m else v for v, m in zip(np.ma.getdata(col).tolist(), mask.tolist())]
 
-    cols = {name: values(name) for name in ("id", "scope", "stat", "model", "cluster", "unit", "grp", "arm")}
+    cols = {name: values(name) for name in ("id", "scope", "stat", "cluster", "unit", "grp", "arm")}
     x = np.ma.filled(np.ma.asarray(got["x"], dtype=np.float64), np.nan)
     y = np.ma.filled(np.ma.asarray(got["y"], dtype=np.float64), np.nan)
     rows_of: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -112,31 +112,31 @@ def _read_inputs(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = N
             f = _Finding(fid, name, cols["stat"][frows[0]])
             pos = np.array([index[(cols["cluster"][i], cols["unit"][i])] for i in frows])
             arm = np.array([-1 if cols["arm"][i] is None else cols["arm"][i] for i in frows])
-            fx, fy = x[frows], y[frows]
-            if f.stat.startswith("arm"):
-                for a in (0, 1):
-                    v = np.full(n, np.nan)
-                    sel = arm == a
-                    v[pos[sel]] = fx[sel]
-                    f.cols[f"x{a}"] = v
-            else:
-                for col, src in (("x", fx), ("y", fy)):
-                    v = np.full(n, np.nan)
-                    v[pos] = src
-                    f.cols[col] = v
-                if f.stat == "lead":
-                    grp = np.full(n, "", dtype=object)
-                    target = np.zeros(n, dtype=bool)
-                    grp[pos] = [cols["grp"][i] for i in frows]
-                    target[pos] = arm == 1
-                    f.cols["grp"], f.cols["target"] = grp, target
-            if f.stat.startswith("model_range"):
-                model = np.full(n, "", dtype=object)
-                model[pos] = [cols["model"][i] for i in frows]
-                f.cols["model"] = model
+            _align(f, scope.n, pos, arm, x[frows], y[frows], [cols["grp"][i] for i in frows])
             scope.findings.append(f)
         scopes.append(scope)
     return scopes
+
+
+def _align(f: _Finding, n: int, pos: np.ndarray, arm: np.ndarray, x: np.ndarray, y: np.ndarray, grp: list) -> None:
+    """Put a finding's rows in its scope's unit order (``pos``); units without a row hold NaN."""
+
+    def spread(values: np.ndarray, where: np.ndarray) -> np.ndarray:
+        v = np.full(n, np.nan)
+        v[where] = values
+        return v
+
+    if f.stat.startswith("arm"):
+        # A change: the unit's value at each checkpoint (heads paired by layer and head).
+        for a in (0, 1):
+            f.cols[f"x{a}"] = spread(x[arm == a], pos[arm == a])
+        return
+    f.cols["x"], f.cols["y"] = spread(x, pos), spread(y, pos)
+    if f.stat == "lead":
+        f.cols["grp"] = np.full(n, "", dtype=object)
+        f.cols["grp"][pos] = grp
+        f.cols["target"] = np.zeros(n, dtype=bool)
+        f.cols["target"][pos] = arm == 1
 
 
 def _mean_terms(tag: str, v: np.ndarray) -> dict[str, np.ndarray]:
