@@ -339,9 +339,9 @@ def _grid_sums(z: np.ndarray, t: np.ndarray, grid: np.ndarray, signed: bool):
     # In real arithmetic: with z = c + is, the sums Σ z·E (at ω) and Σ z·conj(E) (at −ω) both
     # follow from cᵀC, cᵀD, sᵀC, sᵀD — one real product, half the multiplications of the complex
     # ones; a row of ones in it gives ΣE.
-    left = np.empty((2 * m + 1, len(t)))
-    left[:m], left[m : 2 * m], left[2 * m] = z.real.T, z.imag.T, 1.0
-    P = left @ R
+    left = np.empty((len(t), 2 * m + 1))
+    left[:, :m], left[:, m : 2 * m], left[:, 2 * m] = z.real, z.imag, 1.0
+    P = left.T @ R
     cC, cD, sC, sD = P[:m, :G], P[:m, G:], P[m : 2 * m, :G], P[m : 2 * m, G:]
     plus = (cC - sD) + 1j * (sC + cD)
     se = P[2 * m, :G] + 1j * P[2 * m, G:]
@@ -472,8 +472,9 @@ def phase_statistic(u: np.ndarray, e: np.ndarray, tau: np.ndarray, ue: np.ndarra
 
 def _phasor_moments(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``Σu``, ``Σ|u|²`` and ``Σu²`` per column, in real arithmetic on the parts of u."""
-    u = np.ascontiguousarray(u)
-    w = u.view(np.float64)  # (n, 2m): real and imaginary parts interleaved
+    if u.strides[-1] != u.itemsize:
+        u = np.ascontiguousarray(u)
+    w = u.view(np.float64)  # (n, 2m): real and imaginary parts interleaved (rows may be strided)
     sq = np.einsum("ij,ij->j", w, w)
     cross = np.einsum("ij,ij->j", w[:, 0::2], w[:, 1::2])
     return np.ones(u.shape[0]) @ u, sq[0::2] + sq[1::2], (sq[0::2] - sq[1::2]) + 2j * cross

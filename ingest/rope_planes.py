@@ -241,12 +241,13 @@ def rope_planes(
 
         k = planes.size
         Z = np.take(Xs, np.concatenate([re_idx[planes], im_idx[planes]]), axis=1)
+        n = len(tau)
         tc = tau - tau.mean()
         tt = float(tc @ tc)
-        fit = np.empty((2, 2 * k))
-        fit[0] = Z.mean(axis=0)
-        fit[1] = (tc @ Z) / tt if tt > 0 else 0.0
-        basis = np.stack([np.ones(len(tau)), tc])
+        basis = np.stack([np.ones(n), tc])
+        fit = basis @ Z  # Σ z and Σ (t − t̄) z: the mean and the slope, once scaled
+        fit[0] /= n
+        fit[1] = fit[1] / tt if tt > 0 else 0.0
         # Z −= [1, t − t̄]·fit in place (Zᵀ is Fortran-ordered: BLAS writes into it, no temporary).
         scipy.linalg.blas.dgemm(-1.0, fit.T, basis, beta=1.0, c=Z.T, overwrite_c=1)
         return unit(Z[:, :k], Z[:, k:])[0]
@@ -276,14 +277,17 @@ def rope_planes(
         e = phasors(omega, tau)
         coh = np.abs(np.einsum("ij,ij->j", u, e)) / u.shape[0]
         if tested.size and u.shape[0] >= 3:
-            T[tested] = phase_statistic(drift_free_phasors(Xs, tau, tested), np.take(e, tested, axis=1), tau)
+            # Given frequencies fall with j, so the planes tested are usually the first ones: a view.
+            prefix = tested[-1] == tested.size - 1
+            e_tested = e[:, : tested.size] if prefix else np.take(e, tested, axis=1)
+            T[tested] = phase_statistic(drift_free_phasors(Xs, tau, tested), e_tested, tau)
         return coh, T
 
     def raw(u: np.ndarray) -> np.ndarray:
-        return np.abs(u.sum(axis=0)) / u.shape[0] if u.shape[0] else np.full(J, np.nan)
+        return np.abs(np.ones(u.shape[0]) @ u) / u.shape[0] if u.shape[0] else np.full(J, np.nan)
 
     def mean(r: np.ndarray) -> np.ndarray:
-        return r.mean(axis=0) if r.shape[0] else np.full(J, np.nan)
+        return np.ones(r.shape[0]) @ r / r.shape[0] if r.shape[0] else np.full(J, np.nan)
 
     coh_q, T_q = derotated(uq, Xq, tq)
     coh_k, T_k = derotated(uk, Xk, tk)
