@@ -217,45 +217,10 @@ def rope_planes(
 
     iq, ik = fit_subsample(n_q, n_k, max_fit, rng)
 
-    def unit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Unit phasors (x + iy)/|x + iy| (0 at the origin) and the radii |x + iy|."""
-        r = x * x
-        r += y * y
-        np.sqrt(r, out=r)
-        inv = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
-        # Written into the parts of one complex array: no complex temporaries (~30 % faster).
-        u = np.empty(r.shape, dtype=np.complex128)
-        np.multiply(x, inv, out=u.real)
-        np.multiply(y, inv, out=u.imag)
-        return u, r
-
-    def drift_free_phasors(Xs: np.ndarray, tau: np.ndarray, planes: np.ndarray) -> np.ndarray:
-        """Unit phasors of the given planes after removing the kind's linear drift from their coordinates.
-
-        The test reads these, not the raw phasors: a coordinate that drifts linearly with position
-        (the seeds' drift, a Q/K offset) moves the raw phase with position — smoothly, but enough
-        to leak into exp(−iω_j t) for a plane making a few turns, even in a NoPE layer. RoPE's
-        rings lose little to a linear fit once they turn.
-        """
-        import scipy.linalg.blas  # here, not at the top: the ingest's parent process never needs it
-
-        k = planes.size
-        Z = np.take(Xs, np.concatenate([re_idx[planes], im_idx[planes]]), axis=1)
-        n = len(tau)
-        tc = tau - tau.mean()
-        tt = float(tc @ tc)
-        basis = np.stack([np.ones(n), tc])
-        fit = basis @ Z  # Σ z and Σ (t − t̄) z: the mean and the slope, once scaled
-        fit[0] /= n
-        fit[1] = fit[1] / tt if tt > 0 else 0.0
-        # Z −= [1, t − t̄]·fit in place (Zᵀ is Fortran-ordered: BLAS writes into it, no temporary).
-        scipy.linalg.blas.dgemm(-1.0, fit.T, basis, beta=1.0, c=Z.T, overwrite_c=1)
-        return unit(Z[:, :k], Z[:, k:])[0]
-
     tq, tk = t_q[iq] - t0, t_k[ik] - t0
     Xq, Xk = Q[iq], K[ik]
-    uq, rq = unit(Xq[:, re_sl], Xq[:, im_sl])
-    uk, rk = unit(Xk[:, re_sl], Xk[:, im_sl])
+    uq, rq = _unit(Xq[:, re_sl], Xq[:, im_sl])
+    uk, rk = _unit(Xk[:, re_sl], Xk[:, im_sl])
 
     if rope_theta is None:
         source = "fitted"
@@ -280,7 +245,8 @@ def rope_planes(
             # Given frequencies fall with j, so the planes tested are usually the first ones: a view.
             prefix = tested[-1] == tested.size - 1
             e_tested = e[:, : tested.size] if prefix else np.take(e, tested, axis=1)
-            T[tested] = phase_statistic(drift_free_phasors(Xs, tau, tested), e_tested, tau)
+            cols = np.concatenate([re_idx[tested], im_idx[tested]])
+            T[tested] = phase_statistic(_drift_free_phasors(Xs, tau, cols), e_tested, tau)
         return coh, T
 
     def raw(u: np.ndarray) -> np.ndarray:
@@ -318,6 +284,42 @@ def rope_planes(
         "p_adjusted": p_adjusted,
         "rotating": rotating,
     }
+
+
+def _unit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unit phasors (x + iy)/|x + iy| (0 at the origin) and the radii |x + iy|."""
+    r = x * x
+    r += y * y
+    np.sqrt(r, out=r)
+    inv = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
+    # Written into the parts of one complex array: no complex temporaries (~30 % faster).
+    u = np.empty(r.shape, dtype=np.complex128)
+    np.multiply(x, inv, out=u.real)
+    np.multiply(y, inv, out=u.imag)
+    return u, r
+
+
+def _drift_free_phasors(Xs: np.ndarray, tau: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Unit phasors of planes after removing the kind's linear drift from their coordinates.
+
+    ``cols`` lists the planes' real coordinates, then their imaginary ones. The test of
+    :func:`rope_planes` reads these, not the raw phasors: a coordinate that drifts linearly with
+    position (the seeds' drift, a Q/K offset) moves the raw phase with position — smoothly, but
+    enough to leak into exp(−iω_j t) for a plane making a few turns, even in a NoPE layer (in the
+    simulator, half of the NoPE heads got a false flag). RoPE's rings lose little to a linear fit
+    once they turn.
+    """
+    k = cols.size // 2
+    Z = np.take(Xs, cols, axis=1)
+    n = len(tau)
+    tc = tau - tau.mean()
+    tt = float(tc @ tc)
+    basis = np.stack([np.ones(n), tc])
+    fit = basis @ Z  # Σ z and Σ (t − t̄) z: the mean and the slope, once scaled
+    fit[0] /= n
+    fit[1] = fit[1] / tt if tt > 0 else 0.0
+    Z -= basis.T @ fit
+    return _unit(Z[:, :k], Z[:, k:])[0]
 
 
 def strongest_plane(
