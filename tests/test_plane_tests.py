@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from qkdb import api
 from qkdb.ingest.circular import (
     PLANE_ALPHA,
     best_on_grid,
@@ -27,7 +28,7 @@ from qkdb.ingest.circular import (
 )
 from qkdb.ingest.complement import complement_pairs
 from qkdb.ingest.rope_planes import rope_frequencies, rope_planes
-from qkdb.ingest.simulate import Ranges, draw_key_params, draw_query_params, simulate_head
+from qkdb.ingest.simulate import Ranges, draw_key_params, draw_query_params, simulate, simulate_head
 
 
 def blob(rng: np.random.Generator, n: int, m: int, offset: complex = 0.0, elongation: float = 3.0) -> np.ndarray:
@@ -406,3 +407,27 @@ def test_raw_phase_test_would_flag_nope_drift():
         stat, df = combine_kinds(raw(sim.Q, sim.t_q), raw(sim.K, sim.t_k))
         leaked += bool(((holm(search_p_value(stat, df)) < PLANE_ALPHA) & (turns >= 1)).any())
     assert leaked >= 4
+
+
+def test_ingested_flags_equal_the_views_and_the_nope_control_is_clean(tmp_path):
+    """Through the real ingest: stored flags = the views' counts under default params; NoPE layers rotate nowhere."""
+    simulate(tmp_path / "sim", model="sim-flags", layers=2, q_heads=4, kv_heads=2, head_dim=32, vectors=600,
+             nope_layers=(1,), seed=3, workers=1)
+    home = tmp_path / "home"
+    api.ingest(tmp_path / "sim", home=home, workers=1)
+    con = api.connect(home, read_only=True)
+    try:
+        stored = con.execute("""
+            select layer, head, count(*) filter (where active) as n_active, min(p_adjusted) filter (where active) as p
+            from complement group by all order by all""").fetchall()
+        rot = dict(((l, h), n) for l, h, n in con.execute(
+            "select layer, head, count(*) filter (where rotating) from rope_planes group by all").fetchall())
+        view = con.execute("select layer, head, n_active, n_rotating, is_nope from rotation_planes order by all").fetchall()
+        untested = con.execute("select count(*) from rope_planes where turns < 1 and p_value is not null and not isnan(p_value)").fetchone()[0]
+    finally:
+        con.close()
+    assert [(l, h, n) for l, h, n, _ in stored] == [(l, h, n) for l, h, n, _, _ in view]
+    assert all(rot[(l, h)] == n_rot for l, h, _, n_rot, _ in view)
+    assert all(n_rot == 0 for *_, n_rot, nope in view if nope)
+    assert all(n_rot > 0 for *_, n_rot, nope in view if not nope)
+    assert untested == 0
