@@ -65,7 +65,10 @@ def _permutation_cov_direct(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     def cov(X, Y):
         return sum(sx * sy * (f @ h) * (g @ k) for f, g, sx in X for h, k, sy in Y) / (n - 1)
 
-    return np.array([[cov(re_terms, re_terms), cov(re_terms, im_terms)], [cov(im_terms, re_terms), cov(im_terms, im_terms)]])
+    return np.array([
+        [cov(re_terms, re_terms), cov(re_terms, im_terms)],
+        [cov(im_terms, re_terms), cov(im_terms, im_terms)],
+    ])
 
 
 def _direct_statistic(u: np.ndarray, t: np.ndarray, omega: float) -> float:
@@ -240,7 +243,9 @@ def test_false_positive_rate_under_h0_with_non_uniform_phases():
         lo, hi = binomial_bounds(M, alpha)
         assert lo <= np.mean(p < alpha) <= hi, alpha
     # What the old rule saw in the same data: uncentred coherence ≥ 0.05 at a turning frequency.
-    r2 = (nq * np.abs((uq * phasors(omega, tq)).mean(0)) ** 2 + nk * np.abs((uk * phasors(omega, tk)).mean(0)) ** 2) / (nq + nk)
+    rho_q = np.abs((uq * phasors(omega, tq)).mean(0))
+    rho_k = np.abs((uk * phasors(omega, tk)).mean(0))
+    r2 = (nq * rho_q**2 + nk * rho_k**2) / (nq + nk)
     turning = omega * 2047 / (2 * math.pi) >= 1
     assert np.mean(r2[turning] >= 0.05) > 0.05  # a calibrated threshold is not a test
 
@@ -417,16 +422,20 @@ def test_ingested_flags_equal_the_views_and_the_nope_control_is_clean(tmp_path):
     api.ingest(tmp_path / "sim", home=home, workers=1)
     con = api.connect(home, read_only=True)
     try:
-        stored = con.execute("""
-            select layer, head, count(*) filter (where active) as n_active, min(p_adjusted) filter (where active) as p
-            from complement group by all order by all""").fetchall()
+        stored = con.execute(
+            "select layer, head, count(*) filter (where active) from complement group by all order by all"
+        ).fetchall()
         rot = dict(((l, h), n) for l, h, n in con.execute(
             "select layer, head, count(*) filter (where rotating) from rope_planes group by all").fetchall())
-        view = con.execute("select layer, head, n_active, n_rotating, is_nope from rotation_planes order by all").fetchall()
-        untested = con.execute("select count(*) from rope_planes where turns < 1 and p_value is not null and not isnan(p_value)").fetchone()[0]
+        view = con.execute(
+            "select layer, head, n_active, n_rotating, is_nope from rotation_planes order by all"
+        ).fetchall()
+        untested = con.execute(
+            "select count(*) from rope_planes where turns < 1 and p_value is not null and not isnan(p_value)"
+        ).fetchone()[0]
     finally:
         con.close()
-    assert [(l, h, n) for l, h, n, _ in stored] == [(l, h, n) for l, h, n, _, _ in view]
+    assert stored == [(l, h, n) for l, h, n, _, _ in view]
     assert all(rot[(l, h)] == n_rot for l, h, _, n_rot, _ in view)
     assert all(n_rot == 0 for *_, n_rot, nope in view if nope)
     assert all(n_rot > 0 for *_, n_rot, nope in view if not nope)
