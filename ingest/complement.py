@@ -228,8 +228,8 @@ def complement_pairs(
     iq, ik = fit_subsample(n_q, n_k, max_fit, rng)
     W2 = np.concatenate([W[:, 0::2], W[:, 1::2]], axis=1)
     shift2 = mu @ W2
-    # Each kind's rows straight into one array: gathering them into one matrix first costs more
-    # than the product itself.
+    # Each kind's product written straight into one array: stacking the gathered rows first
+    # copied them once more, at about the cost of the product.
     S = np.empty((len(iq) + len(ik), W2.shape[1]))
     np.matmul(Q[iq], W2, out=S[: len(iq)])
     np.matmul(K[ik], W2, out=S[len(iq) :])

@@ -10,10 +10,10 @@ RoPE, is locked: ``coherence = |mean z/|z| · exp(−iω_j t)|`` is near 1 while
 Frequencies are ``ω_j = rope_theta^(−2j/d)``, rescaled as the model's ``rope_scaling`` says
 (:func:`rope_frequencies`), or fitted per plane when ``rope_theta`` is unknown.
 
-``rotating`` is a significance test and a definition: the plane's phase depends on position
-(H0: independent; :func:`~qkdb.ingest.circular.phase_statistic` at ω_j, Holm-adjusted over the
-head's d/2 planes, below :data:`~qkdb.ingest.circular.PLANE_ALPHA`) and it makes at least one turn
-over the positions (a slower drift is not rotation).
+``rotating`` is a definition and a significance test: the plane makes at least one turn over the
+positions (a slower drift is not rotation), and its phase depends on position (H0: independent;
+:func:`~qkdb.ingest.circular.phase_statistic` at ω_j on drift-free phasors, Holm-adjusted over the
+head's planes that turn at least once, below :data:`~qkdb.ingest.circular.PLANE_ALPHA`).
 """
 
 from __future__ import annotations
@@ -192,10 +192,11 @@ def rope_planes(
     Returns
     -------
     dict
-        The columns of :data:`COLUMNS`, one entry per plane. ``statistic`` is ``T_q + T_k`` at ω_j
-        (:func:`~qkdb.ingest.circular.phase_statistic`), ``p_value`` its χ²₄ p-value (times the
-        search's price when ω_j is fitted), ``p_adjusted`` Holm's over the d/2 planes, and
-        ``rotating`` is ``p_adjusted < PLANE_ALPHA`` and ``turns ≥ 1``.
+        The columns of :data:`COLUMNS`, one entry per plane. For planes with ``turns ≥ 1``
+        (NaN for the others, which are not tested): ``statistic`` is ``T_q + T_k`` at ω_j on the
+        drift-free phasors (:func:`_drift_free_phasors`, :func:`~qkdb.ingest.circular.phase_statistic`),
+        ``p_value`` its χ²₄ p-value (times Davies' bound for the search when ω_j is fitted) and
+        ``p_adjusted`` Holm's over those planes; ``rotating`` is ``p_adjusted < PLANE_ALPHA``.
     """
     Q, t_q, K, t_k = head_arrays(Q, t_q, K, t_k)
     (n_q, d), n_k = Q.shape, K.shape[0]
