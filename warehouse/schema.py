@@ -226,10 +226,10 @@ ROPE_PLANES = Table(
         Column("radius_q", f64, "Mean |z| over Q."),
         Column("radius_k", f64, "Mean |z| over K."),
         Column("var_frac", f64, "The plane's share of total pooled variance."),
-        Column("statistic", f64, "T_q + T_k: the permutation-standardised covariance of phase and exp(-i omega t), centred on both sides (~chi2 with 4 df when the phase is independent of position)."),
+        Column("statistic", f64, "T_q + T_k: the permutation-standardised covariance of the drift-free phase and exp(-i omega t), centred on both sides (~chi2 with 4 df when the phase is independent of position); NaN for planes under one turn (not tested)."),
         Column("p_value", f64, "chi2 p-value of statistic (times Davies' bound for the search when omega is fitted)."),
-        Column("p_adjusted", f64, "p_value adjusted by Holm's step-down procedure over the head's d/2 planes."),
-        Column("rotating", b, "The plane carries a RoPE ring: p_adjusted < params.plane_alpha (0.01) and turns >= 1."),
+        Column("p_adjusted", f64, "p_value adjusted by Holm's step-down procedure over the head's planes that turn at least once."),
+        Column("rotating", b, "The plane carries a RoPE ring: turns >= 1 and p_adjusted < params.plane_alpha (0.01)."),
     ),
 )
 
