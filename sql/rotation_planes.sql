@@ -4,7 +4,8 @@
 -- Both flags are re-derived here from params (Holm-adjusted p-value below plane_alpha), so changing
 -- the level in SQL changes every count; the stored complement.active / rope_planes.rotating hold
 -- the default used at ingest. RoPE planes turning less than once over the positions are not tested
--- (p_adjusted is NULL): they cannot be rotating.
+-- (p_adjusted is NaN): they cannot be rotating. Rows ingested before the tests existed have no
+-- p_adjusted at all (NULL): they keep their stored flag (threshold rules) until re-ingested.
 -- NoPE layers (is_nope) are the built-in control: they should have no rotating RoPE plane.
 -- Counts are NULL (not 0) for a head whose complement or rope_planes rows were not computed.
 -- Column model: Model name.
@@ -31,7 +32,8 @@ with pairs as (
     select
         c.model, c.layer, c.head, c.var_frac, c.qk_accuracy,
         nullif(c.angle_r, 'nan'::double) as angle_r,
-        (nullif(c.p_adjusted, 'nan'::double) < p.plane_alpha) is true as is_active
+        (case when c.p_adjusted is null then c.active
+              else nullif(c.p_adjusted, 'nan'::double) < p.plane_alpha end) is true as is_active
     from complement c
     cross join params p
 ), c as (
@@ -51,7 +53,8 @@ with pairs as (
     select
         r.model, r.layer, r.head, r.j, r.omega, r.var_frac,
         greatest(nullif(r.coherence_q, 'nan'::double), nullif(r.coherence_k, 'nan'::double)) as coherence,
-        (nullif(r.p_adjusted, 'nan'::double) < p.plane_alpha) is true as is_rotating
+        (case when r.p_adjusted is null then r.rotating
+              else nullif(r.p_adjusted, 'nan'::double) < p.plane_alpha end) is true as is_rotating
     from rope_planes r
     cross join params p
 ), r as (

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from scipy import special, stats
+from test_views import build_tables, make_connection
 
 from qkdb import api
 from qkdb.ingest.circular import (
@@ -440,3 +442,17 @@ def test_ingested_flags_equal_the_views_and_the_nope_control_is_clean(tmp_path):
     assert all(n_rot == 0 for *_, n_rot, nope in view if nope)
     assert all(n_rot > 0 for *_, n_rot, nope in view if not nope)
     assert untested == 0
+
+
+def test_rows_ingested_before_the_tests_keep_their_stored_flags():
+    """A partition written before p_adjusted existed reads it as NULL: the views then use the stored flags."""
+    tables = build_tables(models=[("old", "Fam", None, None, None, None)], seed=5)
+    for name, flag in (("complement", "active"), ("rope_planes", "rotating")):
+        df = tables[name].to_pandas()
+        df["p_adjusted"] = None  # what union_by_name fills in for an old partition
+        df[flag] = np.arange(len(df)) % 3 == 0
+        tables[name] = pa.Table.from_pandas(df, schema=tables[name].schema, preserve_index=False)
+    con = make_connection(tables)
+    got = con.execute("select sum(n_active), sum(n_rotating) from rotation_planes").fetchone()
+    comp, rope = tables["complement"].to_pandas(), tables["rope_planes"].to_pandas()
+    assert got == (int(comp.active.sum()), int(rope.rotating.sum()))
