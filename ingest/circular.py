@@ -12,6 +12,11 @@ periodogram — phasors summed into integer position bins and Fourier-transforme
 of spacing π/range for the cost of a few FFTs — whose best bin per column is interpolated and
 polished with a Newton step on the exact sums. Only the rows given are used: callers pass a
 seeded subsample.
+
+Whether a plane's phase depends on position at all is a significance test:
+:func:`phase_statistic` (one kind, one frequency per column), :func:`combine_kinds` (Q and K),
+:func:`search_p_value` (the price of a frequency chosen by a search) and :func:`holm` (the planes
+of one head).
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ import numpy as np
 #: Largest FFT length of the coarse frequency scan. Position ranges up to ``MAX_FFT / 2`` tokens are
 #: scanned exhaustively over (0, π]; longer ranges are binned (see :func:`fit_frequency`).
 MAX_FFT = 8192
+
+#: Family-wise level of the plane tests of one head: ``complement.active`` and
+#: ``rope_planes.rotating`` ask Holm-adjusted p < this (the ``params`` view's ``plane_alpha``).
+#: 1 %: with ~30 pairs or d/2 planes per head and hundreds of heads per model, a head-level error
+#: rate of 1 % keeps the expected number of heads with any false flag to a few per model.
+PLANE_ALPHA = 0.01
 
 
 def phasors(omega: np.ndarray, tau: np.ndarray) -> np.ndarray:
@@ -316,49 +327,81 @@ def _fit_lattice(zq, tq, zk, tk, *, signed, omega_min, omega_max, extra, max_fft
     return best_w, best_f
 
 
+def _grid_sums(z: np.ndarray, t: np.ndarray, grid: np.ndarray, signed: bool):
+    """``Σ z·e``, ``Σ e`` and ``Σ e²`` of one kind at the grid's frequencies (``[grid, −grid]`` when signed).
+
+    ``e = exp(−iωt)``; the sums at −ω are the conjugates of those of the conjugate phasors at ω, so
+    one table of phasors serves both senses. Returns (m, width), (width,), (width,).
+    """
+    m, G = z.shape[1], grid.size
+    E = phasors(grid, t)
+    R = np.concatenate([E.real, E.imag], axis=1)  # (n, 2G): C = cos ωt, D = −sin ωt
+    # In real arithmetic: with z = c + is, the sums Σ z·E (at ω) and Σ z·conj(E) (at −ω) both
+    # follow from cᵀC, cᵀD, sᵀC, sᵀD — one real product, half the multiplications of the complex
+    # ones; a row of ones in it gives ΣE.
+    left = np.empty((len(t), 2 * m + 1))
+    left[:, :m], left[:, m : 2 * m], left[:, 2 * m] = z.real, z.imag, 1.0
+    P = left.T @ R
+    cC, cD, sC, sD = P[:m, :G], P[:m, G:], P[m : 2 * m, :G], P[m : 2 * m, G:]
+    plus = (cC - sD) + 1j * (sC + cD)
+    se = P[2 * m, :G] + 1j * P[2 * m, G:]
+    sq = np.einsum("ij,ij->j", R, R)
+    see = (sq[:G] - sq[G:]) + 2j * np.einsum("ij,ij->j", R[:, :G], R[:, G:])
+    if not signed:
+        return plus, se, see
+    minus = (cC + sD) + 1j * (sC - cD)
+    return np.concatenate([plus, minus], axis=1), np.concatenate([se, se.conj()]), np.concatenate([see, see.conj()])
+
+
 def coherence_on_grid(zq, tq, zk, tk, grid: np.ndarray, *, signed: bool = False) -> np.ndarray:
     """Q/K-weighted ρ² of each phasor column at each frequency of ``grid`` (exact sums).
 
-    Returns (m, G), or (m, 2G) with the frequencies ``[grid, −grid]`` when ``signed``: the sums at
-    −ω are the conjugates of those of the conjugate phasors at ω, so one table of phasors serves both.
+    Returns (m, G), or (m, 2G) with the frequencies ``[grid, −grid]`` when ``signed``.
     """
+    return _grid_search(zq, tq, zk, tk, grid, signed, statistic=False)[0]
+
+
+def _grid_search(zq, tq, zk, tk, grid, signed, statistic):
     grid = np.asarray(grid, dtype=np.float64).reshape(-1)
     tq = np.asarray(tq, dtype=np.float64).reshape(-1)
     tk = np.asarray(tk, dtype=np.float64).reshape(-1)
-    m = zq.shape[1]
+    m = zq.shape[1] if zq.ndim == 2 else zk.shape[1]
     width = 2 * grid.size if signed else grid.size
     # One reference position for both kinds keeps the table-based phasors on small integers.
     t0 = min(tq.min(initial=np.inf), tk.min(initial=np.inf))
-
-    G = grid.size
-
-    def sums(z, t):
+    kinds = []
+    for z, t in ((zq, tq), (zk, tk)):
         if len(t) == 0:
-            return np.zeros((m, width))
-        E = phasors(grid, t - t0)
-        # In real arithmetic: with z = c + is and E = exp(−iωt) = C + iD (D = −sin ωt), the sums
-        # Σ z·E (at ω) and Σ z·conj(E) (at −ω) both follow from cᵀC, cᵀD, sᵀC, sᵀD — one real
-        # product, half the multiplications of the complex ones.
-        P = np.concatenate([z.real, z.imag], axis=1).T @ np.concatenate([E.real, E.imag], axis=1)
-        cC, cD, sC, sD = P[:m, :G], P[:m, G:], P[m:, :G], P[m:, G:]
-        plus = (cC - sD) + 1j * (sC + cD)
-        if not signed:
-            return plus
-        return np.concatenate([plus, (cC + sD) + 1j * (sC - cD)], axis=1)
+            kinds.append((np.zeros((m, width), complex), None, None))
+        else:
+            kinds.append(_grid_sums(z, t - t0, grid, signed))
+    R = weighted_r2(kinds[0][0], len(tq), kinds[1][0], len(tk))
+    if not statistic:
+        return R, None
+    full = np.concatenate([grid, -grid]) if signed else grid
+    j = np.argmax(R, axis=1)
+    cols = np.arange(m)
+    stats = []
+    for (sue, se, see), z, t in zip(kinds, (zq, zk), (tq, tk)):
+        if se is None:
+            stats.append(np.full(m, np.nan))
+            continue
+        stats.append(_statistic(len(t), *_phasor_moments(z), sue[cols, j], se[j], see[j], z, t))
+    return R, (full[j], R[cols, j], stats[0], stats[1])
 
-    return weighted_r2(sums(zq, tq), len(tq), sums(zk, tk), len(tk))
 
+def best_on_grid(zq, tq, zk, tk, grid: np.ndarray, *, signed: bool, statistic: bool = False):
+    """The best frequency of ``grid`` (and of ``−grid`` when ``signed``) per column, and its ρ².
 
-def best_on_grid(zq, tq, zk, tk, grid: np.ndarray, *, signed: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The best frequency of ``grid`` (and of ``−grid`` when ``signed``) per column, and its ρ²."""
+    With ``statistic``, also the test statistics of :func:`phase_statistic` of Q and of K at that
+    frequency, from the same sums (the grid's phasor table serves both).
+    """
     grid = np.asarray(grid, dtype=np.float64).reshape(-1)
     if grid.size == 0:
         nan = np.full(zq.shape[1], np.nan)
-        return nan, nan.copy()
-    R = coherence_on_grid(zq, tq, zk, tk, grid, signed=signed)
-    full = np.concatenate([grid, -grid]) if signed else grid
-    j = np.argmax(R, axis=1)
-    return full[j], R[np.arange(R.shape[0]), j]
+        return (nan, nan.copy(), nan.copy(), nan.copy()) if statistic else (nan, nan.copy())
+    _, best = _grid_search(zq, tq, zk, tk, grid, signed, statistic=True)
+    return best if statistic else best[:2]
 
 
 def head_arrays(Q, t_q, K, t_k) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -370,3 +413,182 @@ def head_arrays(Q, t_q, K, t_k) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     if Q.ndim != 2 or K.ndim != 2 or K.shape[1] != Q.shape[1] or len(t_q) != len(Q) or len(t_k) != len(K):
         raise ValueError(f"shapes disagree: Q{Q.shape}, t_q({len(t_q)}), K{K.shape}, t_k({len(t_k)})")
     return Q, t_q, K, t_k
+
+
+# ------------------------------------------------------------------ the test of a phase–position relation
+
+
+def phase_statistic(u: np.ndarray, e: np.ndarray, tau: np.ndarray, ue: np.ndarray | None = None) -> np.ndarray:
+    """Permutation-standardised covariance of phase and rotation, one value per column (~χ²₂ under H0).
+
+    For one kind's unit phasors ``u`` and rotations ``e = exp(−iωt)`` (ω per column) the statistic
+    is built on ``S = Σ A_n B_n`` with ``A = u − mean(u)``, ``B = e − mean(e)``. Both sides are
+    centred because neither has mean zero in real data: an SVD pair of content is an elongated
+    blob, queries and keys sit at offsets, and positions drawn unevenly (log-uniform) make
+    ``mean(e)`` large at slow ω. Under H0 (phases independent of positions: the vectors are
+    exchangeable with respect to their positions) the permutation distribution of S has mean 0,
+    ``E|S|² = Σ|A|²·Σ|B|²/(n − 1)`` and ``E[S²] = ΣA²·ΣB²/(n − 1)``. The pseudo-variance E[S²]
+    matters: an elongated cloud at a slow ω (B nearly on a line) makes (Re S, Im S) far from
+    circular, and the circular approximation ``2|S|²/E|S|² ~ χ²₂`` then over-rejects (twice the
+    nominal rate at 1 % in tests/test_plane_tests.py). The statistic is the
+    Mahalanobis form ``T = [Re S, Im S] Σ⁻¹ [Re S, Im S]ᵀ``, ~χ²₂ by the permutation central limit
+    theorem. Rotating A and B each by the phase that makes ``ΣA²`` and ``ΣB²`` real and positive
+    leaves T unchanged and diagonalises Σ, so::
+
+        T = 2(n − 1) [x² / (ab + αβ) + y² / (ab − αβ)],  x + iy = S·exp(−i(arg ΣA² + arg ΣB²)/2)
+
+    with ``a = Σ|A|²``, ``α = |ΣA²|``, ``b = Σ|B|²``, ``β = |ΣB²|``.
+
+    As ω → 0, B → −iω(t − mean t): T tends to ``(n − 1)·R²`` for Mardia's circular–linear R of
+    the kind, the test of a slow drift. Columns whose rotations barely vary (ω·sd(t) < 1e-5 rad,
+    ω = 0 included) take that limit, computed with ``B = −i(t − mean t)`` (T does not depend on
+    the scale of B), instead of a ratio of round-off.
+
+    Parameters
+    ----------
+    u : ndarray of shape (n, m), complex
+        Unit phasors (0 where the angle is undefined).
+    e : ndarray of shape (n, m), complex
+        ``exp(−iω_c t_n)`` for each column's frequency ω_c.
+    tau : ndarray of shape (n,)
+        The positions t (for the ω → 0 limit).
+    ue : ndarray of shape (m,), complex, optional
+        ``Σ_n u e`` when the caller already has it.
+
+    Returns
+    -------
+    ndarray of shape (m,)
+        T; NaN for fewer than 3 rows or a singular Σ (no spread of phases, positions all equal,
+        or both the phases and the rotations on lines).
+    """
+    n, m = u.shape
+    if n < 3:
+        return np.full(m, np.nan)
+    sue = np.einsum("ij,ij->j", u, e) if ue is None else ue
+    su, s_abs, suu = _phasor_moments(u)
+    se, _, see = _phasor_moments(e)
+    return _statistic(n, su, s_abs, suu, sue, se, see, u, tau)
+
+
+def _phasor_moments(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``Σu``, ``Σ|u|²`` and ``Σu²`` per column, in real arithmetic on the parts of u."""
+    if u.strides[-1] != u.itemsize:
+        u = np.ascontiguousarray(u)
+    w = u.view(np.float64)  # (n, 2m): real and imaginary parts interleaved (rows may be strided)
+    sq = np.einsum("ij,ij->j", w, w)
+    cross = np.einsum("ij,ij->j", w[:, 0::2], w[:, 1::2])
+    return np.ones(u.shape[0]) @ u, sq[0::2] + sq[1::2], (sq[0::2] - sq[1::2]) + 2j * cross
+
+
+def _statistic(n, su, s_abs, suu, sue, se, see, u, tau) -> np.ndarray:
+    """T of :func:`phase_statistic` from the raw sums ``Σu, Σ|u|², Σu², Σue, Σe, Σe²`` (|e| = 1)."""
+    if n < 3:
+        return np.full(np.shape(sue), np.nan)
+    a = s_abs - (su.real**2 + su.imag**2) / n
+    A2 = suu - su * su / n
+    b = n - (se.real**2 + se.imag**2) / n
+    B2 = see - se * se / n
+    S = sue - su * se / n
+    still = ~(b > 1e-10 * n)
+    if still.any():
+        tc = np.asarray(tau, dtype=np.float64) - np.mean(tau)
+        tt = float(tc @ tc)
+        S = np.where(still, -1j * (tc @ u), S)
+        b = np.where(still, tt, b)
+        B2 = np.where(still, -tt, B2)
+    return _mahalanobis(S, a, A2, b, B2, n)
+
+
+def _mahalanobis(S, a, A2, b, B2, n) -> np.ndarray:
+    """T of :func:`phase_statistic` from the centred sums (arrays broadcast together)."""
+    alpha, beta = np.abs(A2), np.abs(B2)
+    ab = a * b
+    ab_hi = ab + alpha * beta
+    ab_lo = ab - alpha * beta
+    # Singular Σ: one side has no spread (a or b ~ 0) or both lie on lines. The floor is far above
+    # the round-off of the sums (~1e-16 relative) and far below any real spread.
+    ok = (a > 1e-12 * n) & (b > 0) & (ab_lo > 1e-10 * ab)
+    turn = np.exp(-0.5j * (np.angle(A2) + np.angle(B2)))
+    R = S * turn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        T = 2.0 * (n - 1) * (R.real**2 / ab_hi + R.imag**2 / ab_lo)
+    return np.where(ok, T, np.nan)
+
+
+def combine_kinds(t_q: np.ndarray, t_k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The statistic ``T_q + T_k`` of a plane and its degrees of freedom (4; 2 when one kind is degenerate).
+
+    Q and K are separate samples permuted separately, so under H0 their statistics are independent
+    χ²₂ variables. A kind whose T is NaN is left out; the statistic is NaN (df 0) when both are.
+    """
+    fq, fk = np.isfinite(t_q), np.isfinite(t_k)
+    stat = np.where(fq, t_q, 0.0) + np.where(fk, t_k, 0.0)
+    df = 2 * fq.astype(np.int64) + 2 * fk.astype(np.int64)
+    return np.where(df > 0, stat, np.nan), df
+
+
+def chi2_sf_even(x: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """Survival function of χ² with 2 or 4 degrees of freedom (closed forms); NaN for other df or NaN x."""
+    x = np.asarray(x, dtype=np.float64)
+    half = 0.5 * x
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail = np.exp(-half)
+        out = np.where(df == 4, tail * (1.0 + half), tail)
+    return np.where((df == 2) | (df == 4), out, np.nan)
+
+
+def search_p_value(
+    stat: np.ndarray,
+    df: np.ndarray,
+    *,
+    n_frequencies: int | None = None,
+    bandwidth: float | None = None,
+) -> np.ndarray:
+    """p-value of a χ² statistic taken at a frequency the data chose, paying for the search.
+
+    Any ω the search may return lies in its set of candidates, so ``P(T(ω̂) > u) ≤ P(sup T > u)``
+    over that set, and two bounds on the supremum apply:
+
+    * ``n_frequencies`` (a finite grid of G frequencies): Bonferroni, ``G·P(χ² > u)``;
+    * ``bandwidth`` V (a continuous band; V = band width in rad/token × sd(t) in tokens): Davies'
+      (1987) bound for the supremum of a χ²_s process, ``P(χ²_s > u) + V u^{(s−1)/2} e^{−u/2}
+      2^{−s/2}/Γ(s/2)``. The correlation of the statistic at ω and ω + h is the characteristic
+      function of the positions at h, whose curvature at 0 is var(t): hence V. Counting
+      "independent frequencies" (~ the position span) instead under-counts a continuous search
+      by a factor ~√u: over 2,048 tokens it rejected 3.5 % of null pairs at a nominal 1 %.
+
+    Given both, the smaller bound; the result is capped at 1. NaN statistics give NaN.
+    """
+    stat = np.asarray(stat, dtype=np.float64)
+    p = chi2_sf_even(stat, df)
+    bounds = []
+    if n_frequencies is not None:
+        bounds.append(n_frequencies * p)
+    if bandwidth is not None:
+        u = np.where(np.isfinite(stat), np.maximum(stat, 0.0), np.nan)
+        with np.errstate(over="ignore", invalid="ignore"):
+            tail = np.exp(-0.5 * u)
+            # 2^{−s/2}/Γ(s/2) is 1/2 for s = 2 and 1/4 for s = 4.
+            crossing = np.where(df == 4, 0.25 * u**1.5, 0.5 * np.sqrt(u)) * tail
+        bounds.append(p + bandwidth * crossing)
+    if bounds:
+        p = np.minimum.reduce(bounds) if len(bounds) > 1 else bounds[0]
+    return np.minimum(p, 1.0)
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values of one family; NaN p-values are not tests and stay NaN.
+
+    ``p_adj_(i) = max_{k ≤ i} min(1, (m − k + 1) p_(k))`` over the m finite p-values in ascending
+    order: rejecting ``p_adj < α`` controls the family-wise error rate at α under any dependence.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    m = idx.size
+    if m == 0:
+        return out
+    order = idx[np.argsort(p[idx], kind="stable")]
+    stepped = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(stepped)
+    return out

@@ -6,8 +6,13 @@ whose angle ``θ = atan2(s_{2i+1}, s_{2i})`` turns with position. Pair ``i`` is 
 SVD components ``2i`` and ``2i+1`` of Z. Their right singular vectors are the eigenvectors of
 ``BᵀCB`` ((d−2)², cheap) for the pooled covariance C — no SVD of the N × (d−2) matrix is needed.
 
-Per-vector statistics (angle_r, ring, omega, qk_accuracy) are computed on a seeded subsample of at
-most ``max_fit`` pooled rows, split between Q and K in proportion; var_frac is exact.
+Per-vector statistics (angle_r, ring, omega, the test, qk_accuracy) are computed on a seeded
+subsample of at most ``max_fit`` pooled rows, split between Q and K in proportion; var_frac is exact.
+
+``active`` is a significance test, not a threshold: H0 says a pair's phase is independent of
+position; the statistic (:func:`~qkdb.ingest.circular.phase_statistic`) is taken at the searched
+``omega``, its p-value pays for the search, and Holm's procedure over the head's pairs keeps the
+family-wise error rate at :data:`~qkdb.ingest.circular.PLANE_ALPHA` (docs/rotation-planes.md).
 """
 
 from __future__ import annotations
@@ -17,22 +22,31 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qkdb.ingest.circular import best_on_grid, circular_linear_r, fit_frequency, head_arrays
+from qkdb.ingest.circular import (
+    PLANE_ALPHA,
+    best_on_grid,
+    circular_linear_r,
+    combine_kinds,
+    fit_frequency,
+    head_arrays,
+    holm,
+    phase_statistic,
+    phasors,
+    position_quantum,
+    search_p_value,
+)
 from qkdb.ingest.rotation import complement_basis
 
 MAX_PAIRS = 30  # the seeds' complement collage shows 30 pairs (5 × 6)
 # Pooled rows for the per-vector statistics: ~1,000 per kind puts the noise floor of a coherence
-# at ~0.03 (thresholds are 0.05–0.5) and keeps these stages about as costly as reading a head.
+# at ~0.03 and keeps these stages about as costly as reading a head.
 MAX_FIT = 2048
 LOG_GRID = 16  # log-spaced frequencies added to the RoPE frequencies when those are known
 
-# `active` thresholds (docs/rotation-planes.md explains the choice; the SQL views take them as parameters).
-ACTIVE_MIN_RING = 0.5  # not mass at the centre: a Gaussian blob has ring = π/4, a perfect ring 1
-ACTIVE_MIN_ANGLE_R = 0.5  # slow planes: the angle follows position (less than a turn over the data)
-ACTIVE_MIN_OMEGA_R2 = 0.05  # fast planes: phase-locked to ω·t (ρ ≥ 0.22, chance ≈ ln(grid)/n ≈ 0.01) ...
-ACTIVE_MIN_TURNS = 1.0  # ... at a frequency that makes at least one turn over the positions
-
-COLUMNS = ("pair", "var_frac", "angle_r", "ring", "omega", "omega_r_squared", "qk_accuracy", "active")
+COLUMNS = (
+    "pair", "var_frac", "angle_r", "ring", "omega", "omega_r_squared", "qk_accuracy",
+    "statistic", "p_value", "p_adjusted", "active",
+)
 
 
 def n_complement_pairs(d: int, n_pairs: int | None = None) -> int:
@@ -167,7 +181,11 @@ def complement_pairs(
     Returns
     -------
     columns : dict
-        pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, active — one entry per pair.
+        pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, statistic, p_value,
+        p_adjusted, active — one entry per pair. ``statistic`` is ``T_q + T_k`` at ``omega`` (the
+        searched sense of rotation), ``p_value`` its χ² p-value times the search's price (Bonferroni
+        over a grid's signed frequencies, or Davies' bound over the periodogram's band),
+        ``p_adjusted`` Holm's over the head's pairs; ``active`` is ``p_adjusted < PLANE_ALPHA``.
     scores_fn : callable
         ``scores_fn(X)`` → (n, 2·pairs) complement SVD scores ``(X − μ) B V`` of any vectors X
         (the ``c0 … c59`` of the ``points`` table).
@@ -210,7 +228,12 @@ def complement_pairs(
     iq, ik = fit_subsample(n_q, n_k, max_fit, rng)
     W2 = np.concatenate([W[:, 0::2], W[:, 1::2]], axis=1)
     shift2 = mu @ W2
-    S = np.concatenate([Q[iq], K[ik]]) @ W2 - shift2
+    # Each kind's product written straight into one array: stacking the gathered rows first
+    # copied them once more, at about the cost of the product.
+    S = np.empty((len(iq) + len(ik), W2.shape[1]))
+    np.matmul(Q[iq], W2, out=S[: len(iq)])
+    np.matmul(K[ik], W2, out=S[len(iq) :])
+    S -= shift2
     x, y = np.ascontiguousarray(S[:, :P]), np.ascontiguousarray(S[:, P:])
     t = np.concatenate([t_q[iq], t_k[ik]])
     m_q = len(iq)
@@ -236,15 +259,29 @@ def complement_pairs(
         # the maximum at a fraction of the cost of the exhaustive periodogram.
         slow = np.geomspace(0.5 * math.pi / span, math.pi, LOG_GRID)
         omega_grid = np.concatenate([np.asarray(rope_omegas, dtype=np.float64).reshape(-1), slow])
+    sd_t = max(float(np.std(tq)) if m_q else 0.0, float(np.std(tk)) if len(tk) else 0.0)
+    # The test at the searched frequency, in its searched sense (an SVD pair's orientation is
+    # arbitrary; the sense that maximised ρ² is the one the search looked at).
     if omega_grid is not None:
-        omega, r2_best = best_on_grid(uq, tq, uk, tk, omega_grid, signed=True)
+        grid = np.asarray(omega_grid, dtype=np.float64).reshape(-1)
+        omega, r2_best, T_q, T_k = best_on_grid(uq, tq, uk, tk, grid, signed=True, statistic=True)
+        n_freq = int(np.unique(np.concatenate([grid, -grid])).size)
+        band = 2.0 * float(np.abs(grid).max(initial=0.0))
     else:
         omega, r2_best = fit_frequency(uq, tq, uk, tk, signed=True)
+        w = np.nan_to_num(omega, nan=0.0)
+        t0 = float(t.min()) if len(t) else 0.0
+        T_q = phase_statistic(uq, phasors(w, tq - t0), tq)
+        T_k = phase_statistic(uk, phasors(w, tk - t0), tk)
+        n_freq = None
+        band = 2.0 * min(math.pi, math.pi / position_quantum(t)) if len(t) else 0.0
+    statistic, df = combine_kinds(T_q, T_k)
+    p_value = search_p_value(statistic, df, n_frequencies=n_freq, bandwidth=band * sd_t)
+    p_adjusted = holm(p_value)
     omega = np.abs(omega)
 
     acc = lda_balanced_accuracy_2d(x[:m_q], y[:m_q], x[m_q:], y[m_q:])
 
-    turns = omega * span / (2.0 * math.pi)
     cols = {
         "pair": pair,
         "var_frac": var_frac,
@@ -253,22 +290,9 @@ def complement_pairs(
         "omega": omega,
         "omega_r_squared": r2_best,
         "qk_accuracy": acc,
-        "active": active_rule(angle_r, ring, r2_best, turns),
+        "statistic": statistic,
+        "p_value": p_value,
+        "p_adjusted": p_adjusted,
+        "active": np.nan_to_num(p_adjusted, nan=1.0) < PLANE_ALPHA,
     }
     return cols, scores_fn
-
-
-def active_rule(angle_r, ring, omega_r_squared, turns) -> np.ndarray:
-    """Whether each pair counts as a rotation plane (NaN inputs count as failing their test).
-
-    ``ring ≥ 0.5`` and either ``angle_r ≥ 0.5`` (a slow plane: the angle follows position) or
-    ``omega_r_squared ≥ 0.05`` at a frequency making ``≥ 1`` turn over the positions (a fast plane).
-    docs/rotation-planes.md gives the reasons for these values.
-    """
-    ring = np.nan_to_num(np.asarray(ring, float), nan=-1.0)
-    angle_r = np.nan_to_num(np.asarray(angle_r, float), nan=-1.0)
-    r2 = np.nan_to_num(np.asarray(omega_r_squared, float), nan=-1.0)
-    turns = np.nan_to_num(np.asarray(turns, float), nan=-1.0)
-    slow = angle_r >= ACTIVE_MIN_ANGLE_R
-    fast = (r2 >= ACTIVE_MIN_OMEGA_R2) & (turns >= ACTIVE_MIN_TURNS)
-    return (ring >= ACTIVE_MIN_RING) & (slow | fast)

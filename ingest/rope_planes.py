@@ -9,6 +9,11 @@ RoPE, is locked: ``coherence = |mean z/|z| · exp(−iω_j t)|`` is near 1 while
 
 Frequencies are ``ω_j = rope_theta^(−2j/d)``, rescaled as the model's ``rope_scaling`` says
 (:func:`rope_frequencies`), or fitted per plane when ``rope_theta`` is unknown.
+
+``rotating`` is a definition and a significance test: the plane makes at least one turn over the
+positions (a slower drift is not rotation), and its phase depends on position (H0: independent;
+:func:`~qkdb.ingest.circular.phase_statistic` at ω_j on drift-free phasors, Holm-adjusted over the
+head's planes that turn at least once, below :data:`~qkdb.ingest.circular.PLANE_ALPHA`).
 """
 
 from __future__ import annotations
@@ -19,17 +24,26 @@ import math
 import numpy as np
 
 from qkdb.errors import InputError
-from qkdb.ingest.circular import fit_frequency, head_arrays, phasors
+from qkdb.ingest.circular import (
+    PLANE_ALPHA,
+    combine_kinds,
+    fit_frequency,
+    head_arrays,
+    holm,
+    phase_statistic,
+    phasors,
+    position_quantum,
+    search_p_value,
+)
 from qkdb.ingest.complement import MAX_FIT, fit_subsample
 
 PAIRINGS = ("half", "interleaved")
-ROTATING_MIN_COHERENCE = 0.5
-ROTATING_MIN_TURNS = 1.0
+ROTATING_MIN_TURNS = 1.0  # a definition: less than a turn over the data is a drift, not a rotation
 SCALING_TYPES = ("default", "linear", "llama3", "yarn")
 
 COLUMNS = (
     "j", "omega", "omega_source", "turns", "coherence_q", "coherence_k", "raw_coherence_q",
-    "raw_coherence_k", "radius_q", "radius_k", "var_frac", "rotating",
+    "raw_coherence_k", "radius_q", "radius_k", "var_frac", "statistic", "p_value", "p_adjusted", "rotating",
 )
 
 
@@ -164,7 +178,8 @@ def rope_planes(
         Token positions.
     rope_theta : float or None
         RoPE base. None: ω_j is fitted per plane (``omega_source = 'fitted'``) as the ω ≥ 0
-        maximising the Q/K-weighted coherence ``(n_q ρ_Q² + n_k ρ_K²)/N``.
+        maximising the Q/K-weighted coherence ``(n_q ρ_Q² + n_k ρ_K²)/N``, and the p-values pay for
+        that search (Davies' bound over [0, π]).
     pairing : {"half", "interleaved"}
     rope_scaling : dict or JSON str, optional
         See :func:`rope_frequencies`. Ignored when ``rope_theta`` is None.
@@ -173,6 +188,15 @@ def rope_planes(
     rng : numpy.random.Generator
     cov : ndarray of shape (d, d), optional
         Pooled population covariance (only its diagonal is used, for var_frac).
+
+    Returns
+    -------
+    dict
+        The columns of :data:`COLUMNS`, one entry per plane. For planes with ``turns ≥ 1``
+        (NaN for the others, which are not tested): ``statistic`` is ``T_q + T_k`` at ω_j on the
+        drift-free phasors (:func:`_drift_free_phasors`, :func:`~qkdb.ingest.circular.phase_statistic`),
+        ``p_value`` its χ²₄ p-value (times Davies' bound for the search when ω_j is fitted) and
+        ``p_adjusted`` Holm's over those planes; ``rotating`` is ``p_adjusted < PLANE_ALPHA``.
     """
     Q, t_q, K, t_k = head_arrays(Q, t_q, K, t_k)
     (n_q, d), n_k = Q.shape, K.shape[0]
@@ -194,22 +218,10 @@ def rope_planes(
 
     iq, ik = fit_subsample(n_q, n_k, max_fit, rng)
 
-    def plane_phasors(Xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Unit phasors z/|z| (0 at the origin) and the radii |z| of every plane."""
-        x, y = Xs[:, re_sl], Xs[:, im_sl]
-        r = x * x
-        r += y * y
-        np.sqrt(r, out=r)
-        inv = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
-        # Written into the parts of one complex array: no complex temporaries (~30 % faster).
-        u = np.empty(r.shape, dtype=np.complex128)
-        np.multiply(x, inv, out=u.real)
-        np.multiply(y, inv, out=u.imag)
-        return u, r
-
-    uq, rq = plane_phasors(Q[iq])
-    uk, rk = plane_phasors(K[ik])
     tq, tk = t_q[iq] - t0, t_k[ik] - t0
+    Xq, Xk = Q[iq], K[ik]
+    uq, rq = _unit(Xq[:, re_sl], Xq[:, im_sl])
+    uk, rk = _unit(Xk[:, re_sl], Xk[:, im_sl])
 
     if rope_theta is None:
         source = "fitted"
@@ -218,20 +230,44 @@ def rope_planes(
     else:
         source = "given"
         omega = rope_frequencies(d, rope_theta, rope_scaling)
+    turns = omega * span / (2.0 * math.pi)
+    # Only planes that turn at least once can be rotating: the others are not tested, so that
+    # Holm's family is the planes a flag could be about (and the test costs nothing for them).
+    tested = np.flatnonzero(turns >= ROTATING_MIN_TURNS)
 
-    def coherence(u: np.ndarray, tau: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    def derotated(u: np.ndarray, Xs: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Coherence after undoing RoPE, and the test statistic: both from one table of rotations."""
+        T = np.full(J, np.nan)
         if u.shape[0] == 0:
-            return np.full(J, np.nan)
-        s = (u * phasors(w, tau)).sum(axis=0) if w is not None else u.sum(axis=0)
-        return np.abs(s) / u.shape[0]
+            return np.full(J, np.nan), T
+        e = phasors(omega, tau)
+        coh = np.abs(np.einsum("ij,ij->j", u, e)) / u.shape[0]
+        if tested.size and u.shape[0] >= 3:
+            # Given frequencies fall with j, so the planes tested are usually the first ones: a view.
+            prefix = tested[-1] == tested.size - 1
+            e_tested = e[:, : tested.size] if prefix else np.take(e, tested, axis=1)
+            cols = np.concatenate([re_idx[tested], im_idx[tested]])
+            T[tested] = phase_statistic(_drift_free_phasors(Xs, tau, cols), e_tested, tau)
+        return coh, T
+
+    def raw(u: np.ndarray) -> np.ndarray:
+        return np.abs(np.ones(u.shape[0]) @ u) / u.shape[0] if u.shape[0] else np.full(J, np.nan)
 
     def mean(r: np.ndarray) -> np.ndarray:
-        return r.mean(axis=0) if r.shape[0] else np.full(J, np.nan)
+        return np.ones(r.shape[0]) @ r / r.shape[0] if r.shape[0] else np.full(J, np.nan)
 
-    coh_q, coh_k = coherence(uq, tq, omega), coherence(uk, tk, omega)
-    turns = omega * span / (2.0 * math.pi)
-    best = np.fmax(coh_q, coh_k)
-    rotating = (np.nan_to_num(best, nan=-1.0) >= ROTATING_MIN_COHERENCE) & (turns >= ROTATING_MIN_TURNS)
+    coh_q, T_q = derotated(uq, Xq, tq)
+    coh_k, T_k = derotated(uk, Xk, tk)
+    statistic, df = combine_kinds(T_q, T_k)
+    if source == "fitted":
+        # ω_j came from a search of [0, π/g]: Davies' bound over that band pays for it.
+        sd_t = max(float(np.std(tq)) if len(tq) else 0.0, float(np.std(tk)) if len(tk) else 0.0)
+        g = position_quantum(np.concatenate([tq, tk])) if len(tq) + len(tk) else 1.0
+        p_value = search_p_value(statistic, df, bandwidth=min(math.pi, math.pi / g) * sd_t)
+    else:
+        p_value = search_p_value(statistic, df)
+    p_adjusted = holm(p_value)
+    rotating = np.nan_to_num(p_adjusted, nan=1.0) < PLANE_ALPHA
     return {
         "j": np.arange(J, dtype=np.int32),
         "omega": omega,
@@ -239,13 +275,52 @@ def rope_planes(
         "turns": turns,
         "coherence_q": coh_q,
         "coherence_k": coh_k,
-        "raw_coherence_q": coherence(uq, tq, None),
-        "raw_coherence_k": coherence(uk, tk, None),
+        "raw_coherence_q": raw(uq),
+        "raw_coherence_k": raw(uk),
         "radius_q": mean(rq),
         "radius_k": mean(rk),
         "var_frac": var_frac,
+        "statistic": statistic,
+        "p_value": p_value,
+        "p_adjusted": p_adjusted,
         "rotating": rotating,
     }
+
+
+def _unit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unit phasors (x + iy)/|x + iy| (0 at the origin) and the radii |x + iy|."""
+    r = x * x
+    r += y * y
+    np.sqrt(r, out=r)
+    inv = np.divide(1.0, r, out=np.zeros_like(r), where=r > 0)
+    # Written into the parts of one complex array: no complex temporaries (~30 % faster).
+    u = np.empty(r.shape, dtype=np.complex128)
+    np.multiply(x, inv, out=u.real)
+    np.multiply(y, inv, out=u.imag)
+    return u, r
+
+
+def _drift_free_phasors(Xs: np.ndarray, tau: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Unit phasors of planes after removing the kind's linear drift from their coordinates.
+
+    ``cols`` lists the planes' real coordinates, then their imaginary ones. The test of
+    :func:`rope_planes` reads these, not the raw phasors: a coordinate that drifts linearly with
+    position (the seeds' drift, a Q/K offset) moves the raw phase with position — smoothly, but
+    enough to leak into exp(−iω_j t) for a plane making a few turns, even in a NoPE layer (in the
+    simulator, half of the NoPE heads got a false flag). RoPE's rings lose little to a linear fit
+    once they turn.
+    """
+    k = cols.size // 2
+    Z = np.take(Xs, cols, axis=1)
+    n = len(tau)
+    tc = tau - tau.mean()
+    tt = float(tc @ tc)
+    basis = np.stack([np.ones(n), tc])
+    fit = basis @ Z  # Σ z and Σ (t − t̄) z: the mean and the slope, once scaled
+    fit[0] /= n
+    fit[1] = fit[1] / tt if tt > 0 else 0.0
+    Z -= basis.T @ fit
+    return _unit(Z[:, :k], Z[:, k:])[0]
 
 
 def strongest_plane(

@@ -1,7 +1,7 @@
 -- Thresholds and tolerances every finding view reads: one row; change it in SQL to re-run the findings with other cut-offs.
 -- Seed: taxonomy thresholds 0.7 (high) and 0.3 (low) of seed 003; rotation planes of seed 002 Finding 4.
--- The rotation-plane defaults are those ingest uses for complement.active and rope_planes.rotating
--- (ingest/complement.py, ingest/rope_planes.py; docs/rotation-planes.md gives the reasons).
+-- plane_alpha is the level ingest uses for complement.active and rope_planes.rotating (ingest/circular.py
+-- PLANE_ALPHA; docs/rotation-planes.md): 1 % family-wise per head keeps false flags to a few heads per model.
 -- Depends:
 -- Change it for one session (works on a read-only connection too; a temp view shadows this one
 -- for every view that reads `params`):
@@ -12,12 +12,7 @@
 --     drop view params; alter table params_new rename to params;
 -- Column taxonomy_high: A PC0 correlation above this is high: r_q > taxonomy_high, |r_k| > taxonomy_high (seed 003: 0.7).
 -- Column taxonomy_low: A PC0 correlation below this is low: r_q < taxonomy_low, |r_k| < taxonomy_low (seed 003: 0.3).
--- Column active_min_ring: A complement SVD pair is an active rotation plane when ring >= this (mass on a ring, not at the centre) and it is slow or fast:
--- Column active_min_angle_r: ... slow: its angle follows position, angle_r >= this;
--- Column active_min_omega_r_squared: ... fast: phase-locked to omega * t, omega_r_squared >= this ...
--- Column active_min_turns: ... at a frequency turning at least this many times over the head's positions.
--- Column rope_min_coherence: A RoPE plane is rotating when its de-rotated coherence (Q or K) is >= this (SPEC §4.3: 0.5).
--- Column rope_min_turns: ... and it turns at least this many times over the positions (SPEC §4.3: 1).
+-- Column plane_alpha: Family-wise level of the plane tests of a head: a complement pair is active, and a RoPE plane (turning at least once) rotating, when its Holm-adjusted p-value (p_adjusted) is below this.
 -- Column long_context_phase: LIKE pattern on models.phase marking long-context training checkpoints ('lc%' matches SmolLM3's 'lc-4k-to-32k', 'lc-32k-to-64k').
 -- Column early_end_step: Last training step of the "early training" window of seed 003 Finding 5 and seed 002 Finding 6 (first 1.2M steps).
 -- Column margin_share: findings: equivalence margin of a share (a fraction of heads or of variance) around the seed's value, in absolute terms. Why 0.10: other texts, positions and head samples move a share by a few points, and the seed's own families differ by 10-30 points, so a closer match is not a claim the seed makes.
@@ -29,12 +24,7 @@
 select
     0.7::double as taxonomy_high,
     0.3::double as taxonomy_low,
-    0.5::double as active_min_ring,
-    0.5::double as active_min_angle_r,
-    0.05::double as active_min_omega_r_squared,
-    1.0::double as active_min_turns,
-    0.5::double as rope_min_coherence,
-    1.0::double as rope_min_turns,
+    0.01::double as plane_alpha,
     'lc%'::varchar as long_context_phase,
     1200000::bigint as early_end_step,
     0.10::double as margin_share,

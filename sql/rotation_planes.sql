@@ -1,8 +1,11 @@
 -- Rotation planes of every head: active SVD pairs of the complement of {a, b} and rotating RoPE planes, with their variance shares.
 -- Seed: 18-29 of 30 complement SVD pairs per head are active rotation planes, holding 44-89% of complement variance; Q and K are indistinguishable on them (~50% accuracy); angle_r up to 1.0 (seed 002 Finding 4).
 -- Depends: head_metrics, params
--- Both flags are re-derived here from params, so changing a threshold in SQL changes every count;
--- the stored complement.active / rope_planes.rotating hold the defaults used at ingest.
+-- Both flags are re-derived here from params (Holm-adjusted p-value below plane_alpha), so changing
+-- the level in SQL changes every count; the stored complement.active / rope_planes.rotating hold
+-- the default used at ingest. RoPE planes turning less than once over the positions are not tested
+-- (p_adjusted is NaN): they cannot be rotating. Rows ingested before the tests existed have no
+-- p_adjusted at all (NULL): they keep their stored flag (threshold rules) until re-ingested.
 -- NoPE layers (is_nope) are the built-in control: they should have no rotating RoPE plane.
 -- Counts are NULL (not 0) for a head whose complement or rope_planes rows were not computed.
 -- Column model: Model name.
@@ -12,30 +15,26 @@
 -- Column depth_bin: min(9, floor(10 * depth)).
 -- Column is_nope: Layer has no positional encoding (the control).
 -- Column n_pairs: Complement SVD pairs analysed (min(30, (d-2)//2)).
--- Column n_active: Pairs that are active rotation planes under params (ring, and a slow angle or a fast phase lock).
+-- Column n_active: Pairs whose phase depends on position: Holm-adjusted p-value below params.plane_alpha.
 -- Column active_share_of_pairs: n_active / n_pairs.
 -- Column active_var_share: Share of complement variance in the active pairs.
 -- Column pairs_var_share: Share of complement variance in all analysed pairs.
 -- Column max_angle_r: Largest circular-linear correlation of a pair's angle with position.
 -- Column mean_active_qk_accuracy: Mean balanced Q-vs-K accuracy on the active pairs (~0.5 on a shared ring).
 -- Column n_rope_planes: RoPE planes analysed (d/2).
--- Column n_rotating: RoPE planes carrying a ring under params (de-rotated coherence and turns).
+-- Column n_rotating: RoPE planes carrying a ring: turning at least once, Holm-adjusted p-value below params.plane_alpha.
 -- Column rotating_var_share: Share of total pooled variance in the rotating RoPE planes.
 -- Column strongest_rope_plane: Index j of the rotating plane with the highest de-rotated coherence.
 -- Column strongest_rope_omega: Its frequency in rad/token.
 with pairs as (
     -- NaN (a degenerate pair) would compare as larger than any number in DuckDB; NULLIF makes it
-    -- fail every test, as in ingest. turns: as for rope_planes, omega times the head's position span.
+    -- fail the test, as in ingest.
     select
         c.model, c.layer, c.head, c.var_frac, c.qk_accuracy,
         nullif(c.angle_r, 'nan'::double) as angle_r,
-        (nullif(c.ring, 'nan'::double) >= p.active_min_ring
-            and (nullif(c.angle_r, 'nan'::double) >= p.active_min_angle_r
-                 or (nullif(c.omega_r_squared, 'nan'::double) >= p.active_min_omega_r_squared
-                     and c.omega * (h.position_max - h.position_min) / (2 * pi()) >= p.active_min_turns)))
-            is true as is_active
+        (case when c.p_adjusted is null then c.active
+              else nullif(c.p_adjusted, 'nan'::double) < p.plane_alpha end) is true as is_active
     from complement c
-    join heads h on h.model = c.model and h.layer = c.layer and h.head = c.head
     cross join params p
 ), c as (
     select
@@ -54,8 +53,8 @@ with pairs as (
     select
         r.model, r.layer, r.head, r.j, r.omega, r.var_frac,
         greatest(nullif(r.coherence_q, 'nan'::double), nullif(r.coherence_k, 'nan'::double)) as coherence,
-        (greatest(nullif(r.coherence_q, 'nan'::double), nullif(r.coherence_k, 'nan'::double)) >= p.rope_min_coherence
-            and r.turns >= p.rope_min_turns) is true as is_rotating
+        (case when r.p_adjusted is null then r.rotating
+              else nullif(r.p_adjusted, 'nan'::double) < p.plane_alpha end) is true as is_rotating
     from rope_planes r
     cross join params p
 ), r as (

@@ -9,7 +9,7 @@
 -- Column n_heads: Heads in the group.
 -- Column n_heads_complement: Heads with complement pairs computed.
 -- Column mean_n_pairs: Mean complement pairs analysed per head.
--- Column mean_n_active: Mean active rotation planes per head.
+-- Column mean_n_active: Mean active pairs per head (phase depends on position: Holm-adjusted p below params.plane_alpha).
 -- Column min_n_active: Fewest active pairs of any head.
 -- Column max_n_active: Most active pairs of any head.
 -- Column mean_active_share_of_pairs: Mean n_active / n_pairs.
@@ -17,7 +17,7 @@
 -- Column mean_active_qk_accuracy: Mean Q-vs-K accuracy on active pairs.
 -- Column max_angle_r: Largest angle_r of any pair.
 -- Column n_heads_rope_planes: Heads with RoPE planes computed.
--- Column mean_n_rotating: Mean rotating RoPE planes per head.
+-- Column mean_n_rotating: Mean rotating RoPE planes per head (turning at least once, Holm-adjusted p below params.plane_alpha).
 -- Column mean_rotating_var_share: Mean share of total variance in rotating RoPE planes.
 -- Column share_heads_rotating: Share of heads with at least one rotating RoPE plane (0 expected for NoPE layers).
 select

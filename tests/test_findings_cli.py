@@ -14,8 +14,7 @@ from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.shell import Shell, _complete, duckdb_cli_command
 from qkdb.errors import WarehouseError
-from qkdb.ingest import complement as ingest_complement
-from qkdb.ingest import rope_planes as ingest_rope_planes
+from qkdb.ingest import circular as ingest_circular
 from qkdb.ingest.layout import read_metadata, write_metadata
 from qkdb.ingest.simulate import HeadParams, simulate
 from qkdb.warehouse import intervals
@@ -263,12 +262,7 @@ def test_missing_groups_and_series_read_no_data():
 
 def test_ingest_thresholds_match_params(fcon):
     p = fcon.execute("select * from params").df().iloc[0]
-    assert p.active_min_ring == ingest_complement.ACTIVE_MIN_RING
-    assert p.active_min_angle_r == ingest_complement.ACTIVE_MIN_ANGLE_R
-    assert p.active_min_omega_r_squared == ingest_complement.ACTIVE_MIN_OMEGA_R2
-    assert p.active_min_turns == ingest_complement.ACTIVE_MIN_TURNS
-    assert p.rope_min_coherence == ingest_rope_planes.ROTATING_MIN_COHERENCE
-    assert p.rope_min_turns == ingest_rope_planes.ROTATING_MIN_TURNS
+    assert p.plane_alpha == ingest_circular.PLANE_ALPHA
     assert (p.taxonomy_high, p.taxonomy_low) == (0.7, 0.3)
 
 

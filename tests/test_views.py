@@ -50,9 +50,12 @@ SERIES_MU_Q_A = {"s1": 2.0, "s2": 4.0, "s3": 4.0, "s4": 6.0}  # doubles early, +
 LC_ALPHA_FACTOR = 0.1  # s4's alpha_k is s3's times this: -90%
 
 
-def active_rule(angle_r, ring, r2, turns) -> bool:
-    """The ingest's rule for an active complement pair (ingest/complement.py), written out again."""
-    return bool(ring >= 0.5 and (angle_r >= 0.5 or (r2 >= 0.05 and turns >= 1.0)))
+ALPHA = 0.01  # params.plane_alpha: ingest's complement.active and rope_planes.rotating are p_adjusted < this
+
+
+def planted_p(rng: np.random.Generator) -> float:
+    """A p-value spread over four decades (half of them below ALPHA), NaN now and then (a degenerate plane)."""
+    return math.nan if rng.random() < 0.05 else float(10 ** -rng.uniform(0, 4))
 
 
 def _table(name: str, rows: list[dict]) -> pa.Table:
@@ -126,20 +129,25 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
                 for pair in range(N_PAIRS):
                     angle_r, ring = rng.uniform(0, 1, 2)
                     r2, omega = rng.uniform(0, 0.2), rng.uniform(0.001, 0.02)  # 0.16 to 3.2 turns over 999 tokens
+                    p_adj = planted_p(rng)
                     rows["complement"].append(dict(
                         key, pair=pair, var_frac=float(shares[pair]), angle_r=angle_r, ring=ring,
                         omega=omega, omega_r_squared=r2, qk_accuracy=rng.uniform(0.45, 0.6),
-                        active=active_rule(angle_r, ring, r2, omega * 999 / (2 * math.pi)),
+                        statistic=rng.uniform(0, 100), p_value=p_adj / 2, p_adjusted=p_adj,
+                        active=bool(p_adj < ALPHA),
                     ))
                 plane_shares = rng.dirichlet(np.ones(N_PLANES))
                 for j in range(N_PLANES):
                     cq, ck = rng.uniform(0, 0.45, 2) if is_nope else rng.uniform(0, 1, 2)
                     turns = rng.uniform(0, 3)
+                    # Ingest tests only planes turning at least once; the NoPE control has no ring.
+                    p_adj = math.nan if turns < 1 else (rng.uniform(0.05, 1) if is_nope else planted_p(rng))
                     rows["rope_planes"].append(dict(
                         key, j=j, omega=10000.0 ** (-2 * j / 16), omega_source="given", turns=turns,
                         coherence_q=cq, coherence_k=ck, raw_coherence_q=rng.uniform(0, 0.2),
                         raw_coherence_k=rng.uniform(0, 0.2), radius_q=1.0, radius_k=1.0,
-                        var_frac=float(plane_shares[j]), rotating=bool(max(cq, ck) >= 0.5 and turns >= 1),
+                        var_frac=float(plane_shares[j]), statistic=rng.uniform(0, 100), p_value=p_adj / 2,
+                        p_adjusted=p_adj, rotating=bool(p_adj < ALPHA),
                     ))
     return {name: _table(name, r) for name, r in rows.items()}
 
@@ -526,12 +534,8 @@ def test_bias_separation_zero_variance_gives_null():
 
 def _rotation_expected(frames):
     comp, rope = frames["complement"].copy(), frames["rope_planes"].copy()
-    span = frames["heads"].set_index(["model", "layer", "head"])
-    span = (span.position_max - span.position_min).rename("span").reset_index()
-    comp = comp.merge(span, on=["model", "layer", "head"])
-    turns = comp.omega * comp.span / (2 * np.pi)
-    comp["act"] = (comp.ring >= 0.5) & ((comp.angle_r >= 0.5) | ((comp.omega_r_squared >= 0.05) & (turns >= 1)))
-    rope["rot"] = (np.maximum(rope.coherence_q, rope.coherence_k) >= 0.5) & (rope.turns >= 1)
+    comp["act"] = comp.p_adjusted.fillna(1.0) < ALPHA
+    rope["rot"] = rope.p_adjusted.fillna(1.0) < ALPHA
     out = {}
     for (m, l, hd), g in comp.groupby(["model", "layer", "head"]):
         r = rope[(rope["model"] == m) & (rope["layer"] == l) & (rope["head"] == hd)]

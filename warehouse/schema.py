@@ -201,7 +201,10 @@ COMPLEMENT = Table(
         _m("omega", "Frequency (rad/token) maximising the Q/K-weighted phase coherence.", t_power=-1),
         _m("omega_r_squared", "Phase coherence squared at omega."),
         _m("qk_accuracy", "Balanced linear Q-vs-K accuracy on the pair (~0.5 on a shared ring)."),
-        Column("active", b, "The pair counts as a rotation plane (thresholds in the params view)."),
+        _m("statistic", "T_q + T_k: the permutation-standardised covariance of phase and exp(-i omega t) at omega, centred on both sides (~chi2 with 4 df when the phase is independent of position)."),
+        _m("p_value", "chi2 p-value of statistic times the price of the frequency search (Bonferroni over the grid's signed frequencies, or Davies' bound over the periodogram's band)."),
+        _m("p_adjusted", "p_value adjusted by Holm's step-down procedure over the head's pairs."),
+        Column("active", b, "The pair's phase depends on position: p_adjusted < params.plane_alpha (0.01)."),
     ),
 )
 
@@ -223,7 +226,10 @@ ROPE_PLANES = Table(
         Column("radius_q", f64, "Mean |z| over Q."),
         Column("radius_k", f64, "Mean |z| over K."),
         Column("var_frac", f64, "The plane's share of total pooled variance."),
-        Column("rotating", b, "The plane carries a RoPE ring: de-rotated coherence >= 0.5 for Q or K and turns >= 1."),
+        Column("statistic", f64, "T_q + T_k: the permutation-standardised covariance of the drift-free phase and exp(-i omega t), centred on both sides (~chi2 with 4 df when the phase is independent of position); NaN for planes under one turn (not tested)."),
+        Column("p_value", f64, "chi2 p-value of statistic (times Davies' bound for the search when omega is fitted)."),
+        Column("p_adjusted", f64, "p_value adjusted by Holm's step-down procedure over the head's planes that turn at least once."),
+        Column("rotating", b, "The plane carries a RoPE ring: turns >= 1 and p_adjusted < params.plane_alpha (0.01)."),
     ),
 )
 
