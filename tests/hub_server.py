@@ -22,6 +22,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,8 +93,12 @@ class Request:
 class FakeHub:
     """Two threading HTTP servers (the Hub and its CDN) sharing one state; start with ``with FakeHub() as hub``."""
 
-    def __init__(self, page_size: int = 7, tokens: tuple[str, ...] = ("hf_valid_token",)):
+    def __init__(self, page_size: int = 7, tokens: tuple[str, ...] = ("hf_valid_token",), rate: float | None = None):
         self.repos: dict[str, FakeRepo] = {}
+        # Bytes per second of file bodies over all connections together (a node's link), None: as fast
+        # as loopback goes. For benchmarks/hub.py.
+        self.rate = rate
+        self._link_free_at = 0.0
         self.page_size = page_size
         self.tokens = set(tokens)
         self.log: list[Request] = []
@@ -248,6 +253,18 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and body:
             self.wfile.write(body)
 
+    def _send_paced(self, status: int, body: bytes, headers: dict, chunk: int = 1 << 20) -> None:
+        """Send ``body`` through the hub's shared link of ``rate`` bytes/s: chunks take turns on it."""
+        self._send(status, b"", {**headers, "Content-Length": len(body)}, head=True)
+        view = memoryview(body)
+        for start in range(0, len(body), chunk):
+            part = view[start : start + chunk]
+            with self.hub.lock:
+                begin = max(time.monotonic(), self.hub._link_free_at)
+                self.hub._link_free_at = done = begin + len(part) / self.hub.rate
+            time.sleep(max(0.0, done - time.monotonic()))
+            self.wfile.write(part)
+
     def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), {"Content-Type": "application/json", **(headers or {})})
 
@@ -393,6 +410,8 @@ class _Handler(BaseHTTPRequestHandler):
             if left:
                 self.hub.cuts[repo_path] = left - 1 if left > 0 else left
         if not left:
+            if self.hub.rate:
+                return self._send_paced(status, data, headers)
             return self._send(status, data, headers)
         # Promise the whole answer, send up to the cut point of the file, then drop the connection.
         stop = max(0, int(size * self.hub.cut_fraction) - start)
