@@ -81,9 +81,19 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         kv_head=kv_head,
         depth=depth,
         depth_bin=min(9, int(math.floor(10 * depth))),
-        is_nope=layer in spec.nope_layers,
+        is_nope=layer in spec.nope_layers or spec.rope == "none",
         collage=collage,
+        rope_planes=spec.rope != "none",
+        layer_rope=_layer_rope(spec, layer),
     )
+
+
+def _layer_rope(spec: ModelSpec, layer: int) -> tuple[float | None, str | None] | None:
+    """The layer's own (rope_theta, rope_scaling) when the model's layers differ, else None."""
+    if spec.layer_rope_theta is None or layer >= len(spec.layer_rope_theta):
+        return None
+    scaling = spec.layer_rope_scaling[layer] if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None
+    return spec.layer_rope_theta[layer], scaling
 
 
 def process_group(

@@ -38,6 +38,10 @@ class HeadContext:
     depth_bin: int
     is_nope: bool
     collage: bool  # store complement scores in `points`
+    # False for a model without rotary embeddings: no frequencies exist, the RoPE-plane stage is skipped
+    rope_planes: bool = True
+    # the layer's own (rope_theta, rope_scaling) where the model's layers differ (Gemma3); None: the model's
+    layer_rope: tuple[float | None, str | None] | None = None
 
 
 @dataclass
@@ -160,13 +164,15 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
     if options.complement:
         pooled = pool(q.moments, k.moments)
         rope = comp = None
-        if d % 2 == 0:
+        theta, scaling = ctx.layer_rope if ctx.layer_rope is not None else (options.rope_theta, options.rope_scaling)
+        # (a model without RoPE: no rows, said once per model by the ingest, not once per head)
+        if ctx.rope_planes and d % 2 == 0:
             rope = rope_planes(
-                Q, t_q, K, t_k, rope_theta=options.rope_theta, pairing=options.rope_pairing,
-                rope_scaling=options.rope_scaling, max_fit=options.fit_rows, rng=stream(52), cov=pooled.cov,
+                Q, t_q, K, t_k, rope_theta=theta, pairing=options.rope_pairing,
+                rope_scaling=scaling, max_fit=options.fit_rows, rng=stream(52), cov=pooled.cov,
             )
             rows.tables["rope_planes"] = {"layer": ctx.layer, "head": ctx.head, **rope}
-        else:
+        elif ctx.rope_planes:
             rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: head_dim {d} is odd; no RoPE planes")
         if rot.a is not None and rot.b is not None:
             given = rope is not None and rope["omega_source"][0] == "given"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import difflib
 import io
+import json
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
@@ -27,6 +28,13 @@ class ModelSpec:
     rope_pairing: str = "half"
     rope_scaling: str | None = None  # JSON text
     nope_layers: tuple[int, ...] = ()
+    # "rotary", or "none" for a model without rotary position embeddings (then every layer is in nope_layers)
+    rope: str = "rotary"
+    # each layer's own RoPE base / scaling (JSON text or None) where layers differ (Gemma3 local/global)
+    layer_rope_theta: tuple[float | None, ...] | None = None
+    layer_rope_scaling: tuple[str | None, ...] | None = None
+    # position-dependent factors in the vectors that are not RoPE (JSON list, see docs/sniff.md)
+    position_scaling: str | None = None
     in_paper: bool = False
     hf_model: str | None = None
     model_revision: str | None = None
@@ -126,6 +134,19 @@ def check_head_counts(spec: ModelSpec, origin: dict[str, str] | None = None) -> 
         )
 
 
+# Facts of the Hub's captures that models.csv has no column for. qk-sniffer captured Ministral3's
+# queries after transformers' llama-4 attention scale (its models/ministral3/modeling_ministral3.py
+# calls sniffer.capture after `query_states * _get_llama_4_attn_scale(...)`, with capture_pre_rope
+# false and texts up to 131,072 tokens): past position 16,384 they carry a factor 1.07–1.22.
+HUB_POSITION_SCALING = {
+    "Ministral3": [{
+        "kind": "q", "type": "llama4",
+        "formula": "1 + beta * ln(1 + floor(position / original_max_position_embeddings))",
+        "beta": 0.1, "original_max_position_embeddings": 16384, "layers": "all", "removed": False,
+    }],
+}
+
+
 def _int(v: str) -> int | None:
     return int(v) if v.strip() else None
 
@@ -147,6 +168,8 @@ def _row_to_spec(row: dict[str, str]) -> ModelSpec:
         head_dim=_int(row["head_dim"]),
         rope_theta=float(row["rope_theta"]) if row["rope_theta"].strip() else None,
         nope_layers=tuple(int(x) for x in row["nope_layers"].split(";") if x.strip()),
+        position_scaling=(json.dumps(HUB_POSITION_SCALING[row["family"]], sort_keys=True)
+                          if row["family"] in HUB_POSITION_SCALING else None),
         series=row["series"] or None,
         series_order=_int(row["series_order"]),
         phase=row["phase"] or None,

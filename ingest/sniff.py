@@ -4,20 +4,26 @@ How the vectors are caught
 --------------------------
 transformers routes every attention layer of its modern models through a function looked up
 by name in ``transformers.AttentionInterface``. We register one more name whose function
-receives ``query`` (batch, heads, seq, head_dim) and ``key`` (batch, kv_heads, seq, head_dim)
-exactly as the model computed them — after RoPE, after any q/k norm — copies the sampled rows,
-and hands everything on to transformers' own ``sdpa_attention_forward``. The model files are not
-patched, so any causal LM that transformers loads (a local Hugging Face folder or a GGUF file)
+(:class:`qkdb.ingest.sniff_recorder.Recorder`) receives ``query`` (batch, heads, seq, head_dim) and
+``key`` (batch, kv_heads, seq, head_dim) exactly as the model computed them, copies the sampled
+rows, and hands everything on to transformers' own ``sdpa_attention_forward``. The model files are
+not patched, so any causal LM that transformers loads (a local Hugging Face folder or a GGUF file)
 can be sniffed; its outputs are unchanged. The same name is registered as an sdpa-style mask
 builder (``AttentionMaskInterface``), so sliding-window layers keep their windows.
 
-``pre_rope=True`` stores the vectors before RoPE instead: the captured rows are turned back by
-the model's own rotary embedding (rotate-half pairing), which is exact up to float32 rounding;
-NoPE layers are stored as they are.
+What is stored, and how it is checked
+-------------------------------------
+Every stored row is compared with the layer's own projection (``q_proj``/``k_proj``, through its
+``q_norm``/``k_norm``) rotated by the layer's own RoPE ``cos``/``sin`` — or not rotated, in layers
+without RoPE. Position-dependent factors the model applies that are not RoPE (Ministral3's llama-4
+query scale) are divided out by default and recorded in ``position_scaling``; anything else that
+makes a row differ stops the capture with an error naming the layer. ``pre_rope=True`` stores the
+rows before the rotation, undone with the layer's own cos/sin.
 
 What is kept (see :mod:`qkdb.ingest.sampling` for the policy): a seeded sample of query heads
 across layers, the KV heads they read, and per text a seeded sample of positions per head file.
-Only the sampled rows are copied out of the forward pass, so memory is bounded by
+All positions are drawn before the model loads, so texts that are too short are reported before
+any forward pass; the rows go into arrays allocated once, so memory is bounded by
 ``heads × vectors_per_head × head_dim``, whatever the number or length of the texts.
 
 torch and transformers are imported lazily: ``import qkdb`` works without them, and
@@ -26,6 +32,7 @@ torch and transformers are imported lazily: ``import qkdb`` works without them, 
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -39,11 +46,17 @@ from pathlib import Path
 import numpy as np
 
 from qkdb.errors import SniffError
-from qkdb.ingest import sampling, texts
-from qkdb.ingest.layout import HEAD_DIR, METADATA_FILE, write_head, write_metadata
+from qkdb.ingest import registry, sampling, texts
+from qkdb.ingest.layout import HEAD_DIR, METADATA_FILE, head_dir_name, write_head, write_metadata
+from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.sniff_recorder import PositionScaling, Recorder, StopForward, check_summary
 
 ATTENTION_NAME = "qkdb_capture"
 INSTALL_HINT = "pip install 'qkdb[sniff]'"
+
+# transformers model_type -> the registry's family name, where the architecture is one family.
+# ("llama" is not here: Llama 2, 3.1, 3.2, SmolLM2 ... share it; the registry's hf_model tells them apart.)
+FAMILY_OF_MODEL_TYPE = {"qwen3": "Qwen3", "mistral": "Mistral", "ministral3": "Ministral3", "smollm3": "SmolLM3"}
 
 Progress = Callable[..., None]
 
@@ -70,6 +83,8 @@ class SniffOptions:
     min_bucket_size: int = 128
     seed: int = 0
     pre_rope: bool = False
+    keep_position_scaling: bool = False
+    unchecked: bool = False
     dtype: str = "float32"
     token_strings: bool = False
     model_name: str | None = None
@@ -80,13 +95,17 @@ class SniffOptions:
     threads: int | None = None
 
     def check(self) -> None:
-        """Raise :class:`SniffError` for inconsistent options, before anything is loaded."""
+        """Raise :class:`SniffError` for bad options or inputs, before anything is loaded.
+
+        Checks that the model folder holds a model (a ``config.json``) or the GGUF file is one,
+        that the text source exists and holds some text, and that the output can be written.
+        """
         if (self.model_path is None) == (self.gguf is None):
             raise SniffError("give exactly one of --model-path (a Hugging Face model folder) and --gguf (a GGUF file)")
-        if self.model_path is not None and not Path(self.model_path).is_dir():
-            raise SniffError(f"{self.model_path}: no such model folder")
-        if self.gguf is not None and not Path(self.gguf).is_file():
-            raise SniffError(f"{self.gguf}: no such GGUF file")
+        if self.model_path is not None:
+            _check_model_folder(Path(self.model_path))
+        if self.gguf is not None:
+            _check_gguf(Path(self.gguf))
         if self.positions not in sampling.POSITION_POLICIES:
             raise SniffError(
                 f"unknown --positions {self.positions!r}; expected one of {', '.join(sampling.POSITION_POLICIES)}"
@@ -100,6 +119,12 @@ class SniffOptions:
             raise SniffError("--q-heads must be positive")
         if self.n_texts is not None and self.n_texts < 1:
             raise SniffError("--texts must be positive")
+        if self.pre_rope and self.keep_position_scaling:
+            raise SniffError(
+                "--pre-rope stores the vectors before RoPE, without any position scaling; "
+                "--keep-position-scaling cannot apply to them"
+            )
+        texts.check_source(self.text, self.text_field)
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise SniffError(f"{out}: exists and is not a folder")
@@ -114,6 +139,27 @@ class SniffOptions:
                 )
 
 
+def _check_model_folder(path: Path) -> None:
+    if not path.is_dir():
+        raise SniffError(f"{path}: no such model folder")
+    if not (path / "config.json").is_file():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        hint = f"; for the GGUF file use --gguf {path / ggufs[0]}" if ggufs else ""
+        raise SniffError(f"{path}: no model here (no config.json of a Hugging Face model folder){hint}")
+
+
+def _check_gguf(path: Path) -> None:
+    if not path.is_file():
+        raise SniffError(f"{path}: no such GGUF file")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise SniffError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    if magic != b"GGUF":
+        raise SniffError(f"{path}: not a GGUF file (it does not start with the GGUF magic bytes)")
+
+
 @dataclass
 class ModelFacts:
     """Architecture facts read from the transformers config."""
@@ -126,6 +172,12 @@ class ModelFacts:
     rope_theta: float | None
     rope_scaling: dict | None
     nope_layers: list[int] = field(default_factory=list)
+    # "rotary", or "none" for a model without rotary embeddings (e.g. GPT-2: learned absolute positions)
+    rope: str = "rotary"
+    # each layer's own RoPE base and scaling, when the layers differ (Gemma3: local and global layers)
+    layer_rope_theta: list[float | None] | None = None
+    layer_rope_scaling: list[dict | None] | None = None
+    position_scalings: list[PositionScaling] = field(default_factory=list)
 
 
 @dataclass
@@ -137,6 +189,7 @@ class SniffResult:
     n_texts: int
     n_vectors: int
     seconds: float
+    notes: list[str] = field(default_factory=list)  # one line each, for the user (stderr)
 
 
 def _is_capture_entry(p: Path) -> bool:
@@ -156,77 +209,196 @@ def _import_backend():
     return torch, transformers
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as one short line (transformers' messages run over several)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}{'…' if len(text) > 300 else ''}"
+
+
 # --------------------------------------------------------------------------- model facts
 
 
-def _rope_parameters(cfg) -> dict:
-    """The RoPE settings of a config as one flat dict (transformers 5 ``rope_parameters`` or 4.x attributes)."""
+def _flat_rope(rp: dict) -> tuple[float | None, dict | None]:
+    """(rope_theta, scaling or None) of one flat transformers RoPE dict."""
+    theta = rp.get("rope_theta")
+    rope_type = rp.get("rope_type", rp.get("type", "default"))
+    scaling = {k: v for k, v in rp.items() if k != "rope_theta"} if rope_type != "default" else None
+    if rp.get("partial_rotary_factor") not in (None, 1, 1.0):
+        scaling = {**(scaling or {}), "partial_rotary_factor": rp["partial_rotary_factor"]}
+    return (float(theta) if theta is not None else None), scaling
+
+
+def _rope_parameters(cfg) -> tuple[dict, dict[str, dict]]:
+    """The model's RoPE settings as one flat dict, and the per-attention-type dicts when there are several.
+
+    transformers 5 keeps ``rope_parameters`` (one dict, or one per layer type: Gemma3's
+    ``sliding_attention`` / ``full_attention``); 4.x configs keep ``rope_theta`` and ``rope_scaling``.
+    The flat dict is the global layers' one.
+    """
     rp = getattr(cfg, "rope_parameters", None)
     if isinstance(rp, dict) and rp:
-        # models with several attention types keep one dict per type; the global layers' one is the RoPE proper
         if all(isinstance(v, dict) for v in rp.values()):
-            rp = rp.get("full_attention") or next(iter(rp.values()))
-        return dict(rp)
+            return dict(rp.get("full_attention") or next(iter(rp.values()))), {k: dict(v) for k, v in rp.items()}
+        return dict(rp), {}
     out = {}
     if getattr(cfg, "rope_theta", None) is not None:
         out["rope_theta"] = cfg.rope_theta
     scaling = getattr(cfg, "rope_scaling", None)
     if isinstance(scaling, dict):
         out.update(scaling)
-    return out
+    return out, {}
 
 
 def model_facts(config) -> ModelFacts:
-    """Layers, heads, head_dim, RoPE base and scaling and NoPE layers of a transformers config."""
+    """Layers, heads, head_dim, RoPE (base, scaling, per layer), NoPE layers and non-RoPE position scalings."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     n_q = int(cfg.num_attention_heads)
     n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_q)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
-    rp = _rope_parameters(cfg)
-    theta = rp.get("rope_theta")
-    rope_type = rp.get("rope_type", rp.get("type", "default"))
-    scaling = {k: v for k, v in rp.items() if k != "rope_theta"} if rope_type != "default" else None
-    if rp.get("partial_rotary_factor") not in (None, 1, 1.0):
-        scaling = {**(scaling or {}), "partial_rotary_factor": rp["partial_rotary_factor"]}
+    n_layers = int(cfg.num_hidden_layers)
+    rp, by_type = _rope_parameters(cfg)
+    theta, scaling = _flat_rope(rp)
     # SmolLM3 / Llama 4 style: no_rope_layers[i] is 1 when layer i applies RoPE
     use_rope = getattr(cfg, "no_rope_layers", None)
     nope = [i for i, v in enumerate(use_rope) if not v] if isinstance(use_rope, (list, tuple)) else []
+    rope = "rotary" if rp else "none"
+    layer_theta = layer_scaling = None
+    layer_types = getattr(cfg, "layer_types", None)
+    if by_type and isinstance(layer_types, (list, tuple)) and len(layer_types) == n_layers:
+        per_layer = [_flat_rope(by_type.get(t, rp)) for t in layer_types]
+        if len({json.dumps(p, sort_keys=True) for p in per_layer}) > 1:
+            layer_theta = [p[0] for p in per_layer]
+            layer_scaling = [p[1] for p in per_layer]
+    scalings = []
+    beta = rp.get("llama_4_scaling_beta")
+    if beta:
+        orig = rp.get("original_max_position_embeddings")
+        if not orig:
+            raise SniffError("the config sets llama_4_scaling_beta without original_max_position_embeddings")
+        scalings.append(PositionScaling(
+            "q", "llama4", tuple(range(n_layers)),
+            {"beta": float(beta), "original_max_position_embeddings": int(orig)},
+        ))
     return ModelFacts(
         model_type=str(getattr(cfg, "model_type", "unknown")),
-        n_layers=int(cfg.num_hidden_layers),
+        n_layers=n_layers,
         n_q_heads=n_q,
         n_kv_heads=n_kv,
         head_dim=int(head_dim),
-        rope_theta=float(theta) if theta is not None else None,
+        rope_theta=theta,
         rope_scaling=scaling,
-        nope_layers=nope,
+        nope_layers=nope if rope == "rotary" else list(range(n_layers)),
+        rope=rope,
+        layer_rope_theta=layer_theta,
+        layer_rope_scaling=layer_scaling,
+        position_scalings=scalings,
     )
+
+
+# --------------------------------------------------------------------------- names
+
+
+def _default_name(options: SniffOptions) -> str:
+    src = Path(options.gguf) if options.gguf is not None else Path(options.model_path).resolve()
+    stem = src.stem if options.gguf is not None else src.name
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.")
+    return name or "sniffed-model"
+
+
+def _hub_cache_origin(path: Path) -> tuple[str | None, str | None]:
+    """(repo id, revision) of a path inside a Hugging Face cache (``models--org--name/snapshots/<sha>``)."""
+    parts = path.resolve().parts
+    for i, part in enumerate(parts):
+        if part.startswith("models--") and i + 2 < len(parts) and parts[i + 1] == "snapshots":
+            return part[len("models--"):].replace("--", "/"), parts[i + 2]
+    return None, None
+
+
+def _gguf_origin(path: Path) -> str | None:
+    """The Hugging Face repo a GGUF file says it was converted from, if it says so."""
+    try:
+        from gguf import GGUFReader
+
+        fields = GGUFReader(str(path)).fields
+    except Exception:  # a file transformers can read but gguf cannot: no origin, not an error
+        return None
+
+    def value(key: str):
+        f = fields.get(key)
+        try:
+            return f.contents() if f is not None else None
+        except Exception:
+            return None
+
+    repo = value("general.source.huggingface.repository")
+    if isinstance(repo, str) and repo.strip():
+        return repo.strip()
+    url = value("general.source.url")
+    if isinstance(url, str):
+        m = re.match(r"https?://huggingface\.co/([^/\s]+/[^/\s]+)", url.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def _origin(options: SniffOptions) -> tuple[str, str | None]:
+    """(hf_model, model_revision) to record: given, else the repo id when known, else the file name.
+
+    Never an absolute local path: the record must mean the same on another machine.
+    """
+    src = Path(options.gguf if options.gguf is not None else options.model_path)
+    repo, rev = _hub_cache_origin(src.parent if options.gguf is not None else src)
+    if repo is None and options.gguf is not None:
+        repo = _gguf_origin(src)
+    if options.hf_model is not None and options.hf_model != repo:
+        rev = None  # the cache's snapshot is a revision of another repo than the one given
+    return options.hf_model or repo or src.resolve().name, options.model_revision or rev
+
+
+def default_family(model_type: str, hf_model: str | None) -> str:
+    """The registry's family of the model when it is known to it, else the config's ``model_type``."""
+    for spec in registry.load_registry():
+        if hf_model and spec.hf_model and spec.hf_model.lower() == hf_model.lower():
+            return spec.family
+    return FAMILY_OF_MODEL_TYPE.get(model_type, model_type)
 
 
 # --------------------------------------------------------------------------- loading
 
 
-def load_model(options: SniffOptions, torch, transformers):
-    """The model (float32, eval mode, our attention function selected) and its tokenizer."""
-    kwargs = {"dtype": torch.float32}
+def _where(options: SniffOptions) -> tuple[str, dict, str]:
+    """(folder, from_pretrained kwargs, name for messages)."""
     if options.gguf is not None:
         gguf = Path(options.gguf).resolve()
-        where, kwargs["gguf_file"] = str(gguf.parent), gguf.name
-        what = str(options.gguf)
-    else:
-        where, what = str(Path(options.model_path).resolve()), str(options.model_path)
-        kwargs["local_files_only"] = True
-    tok_kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
+        return str(gguf.parent), {"gguf_file": gguf.name}, str(options.gguf)
+    return str(Path(options.model_path).resolve()), {"local_files_only": True}, str(options.model_path)
+
+
+def load_config(options: SniffOptions, transformers):
+    where, kwargs, what = _where(options)
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(where, **tok_kwargs)
-    except Exception as exc:  # transformers raises many types here; all mean "cannot use this folder"
-        raise SniffError(f"{what}: transformers cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from exc
+        return transformers.AutoConfig.from_pretrained(where, **kwargs)
+    except Exception as exc:  # transformers raises many types here; all mean "cannot use this"
+        raise SniffError(f"{what}: transformers cannot read its model config ({_one_line(exc)})") from exc
+
+
+def load_tokenizer(options: SniffOptions, transformers):
+    where, kwargs, what = _where(options)
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(where, **kwargs)
+        return transformers.AutoTokenizer.from_pretrained(where, **kwargs)
     except Exception as exc:
-        raise SniffError(f"{what}: transformers cannot load it as a causal LM ({type(exc).__name__}: {exc})") from exc
+        raise SniffError(f"{what}: transformers cannot load a tokenizer from it ({_one_line(exc)})") from exc
+
+
+def load_model(options: SniffOptions, torch, transformers):
+    """The model in float32 and eval mode."""
+    where, kwargs, what = _where(options)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
+    except Exception as exc:
+        raise SniffError(f"{what}: transformers cannot load it as a causal LM ({_one_line(exc)})") from exc
     model.eval()
-    return model, tokenizer
+    return model
 
 
 def _select_attention(model, name: str) -> None:
@@ -244,6 +416,16 @@ def _select_attention(model, name: str) -> None:
                 cfg._attn_implementation_internal = name
 
 
+def _attention_modules(model) -> dict[int, object]:
+    """Each layer's attention module (the one with a ``layer_idx`` whose class names attention)."""
+    found: dict[int, object] = {}
+    for module in model.modules():
+        layer = getattr(module, "layer_idx", None)
+        if isinstance(layer, int) and "attention" in type(module).__name__.lower():
+            found.setdefault(layer, module)
+    return found
+
+
 def _tokenizer_specials(tokenizer) -> tuple[int | None, int | None]:
     """(bos to start each window or None, eos to separate packed documents or None)."""
     probe = tokenizer("a", add_special_tokens=True)["input_ids"]
@@ -252,107 +434,78 @@ def _tokenizer_specials(tokenizer) -> tuple[int | None, int | None]:
     return (bos if adds_bos else None), tokenizer.eos_token_id
 
 
+# --------------------------------------------------------------------------- the plan
+
+
+class CapturePlan:
+    """Which rows each head file keeps from each text, drawn before the model loads, and where they go.
+
+    A head file keeps ``min(share, length)`` positions of each text (its share of
+    ``vectors_per_head``, or all positions of a shorter text), so every file keeps the same count;
+    ``store`` writes a text's rows into the file's array, allocated once for the whole capture.
+    """
+
+    def __init__(self, files, lengths, options: SniffOptions, head_dim: int):
+        self.files = list(files)
+        self.lengths = np.asarray(lengths, np.int64)
+        self.asked = options.vectors_per_head
+        share = sampling.split_evenly(options.vectors_per_head, len(self.lengths))
+        self.counts = np.minimum(share, self.lengths)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
+        n = int(self.offsets[-1])
+        self.example_id = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.counts)
+        self.positions: dict[tuple, np.ndarray] = {}
+        self.buckets: dict[tuple, np.ndarray] = {}
+        for f in self.files:
+            pos, bucket = np.empty(n, np.int64), np.empty(n, np.int32)
+            for e, length in enumerate(self.lengths):
+                a, b = self.offsets[e], self.offsets[e + 1]
+                rng = sampling.position_rng(options.seed, e, *f)
+                pick = sampling.sample_positions(int(length), int(self.counts[e]), rng, options.positions,
+                                                 options.min_bucket_size)
+                pos[a:b], bucket[a:b] = pick.positions, pick.buckets
+            self.positions[f], self.buckets[f] = pos, bucket
+        self.dtype = np.dtype(options.dtype)
+        self.head_dim = head_dim
+        self.vectors: dict[tuple, np.ndarray] = {}
+
+    @property
+    def kept(self) -> int:
+        """Rows every head file keeps."""
+        return int(self.offsets[-1])
+
+    def allocate(self) -> None:
+        # Once, before the first forward pass (see sniff_recorder's module doc for why it matters).
+        self.vectors = {f: np.zeros((self.kept, self.head_dim), self.dtype) for f in self.files}
+
+    def positions_of(self, f, text: int) -> np.ndarray:
+        return self.positions[f][self.offsets[text]:self.offsets[text + 1]]
+
+    def store(self, f, text: int, rows: np.ndarray) -> None:
+        self.vectors[f][self.offsets[text]:self.offsets[text + 1]] = rows
+
+    def shortfall(self, minimum: int) -> tuple[list[str], str | None]:
+        """Notes when the files keep fewer rows than asked, and an error when fewer than ``minimum``."""
+        if self.kept >= self.asked:
+            return [], None
+        short = int(np.sum(self.counts < sampling.split_evenly(self.asked, len(self.lengths))))
+        why = (f"{short} of the {len(self.lengths)} texts hold fewer tokens than their share "
+               f"(lengths {_range(self.lengths)})")
+        names = ", ".join(head_dir_name(*f) for f in self.files[:6]) + (
+            f" and {len(self.files) - 6} more" if len(self.files) > 6 else "")
+        if self.kept < minimum:
+            return [], (f"every head file would keep only {self.kept} vectors ({names}), fewer than the "
+                        f"{minimum} an ingest needs (asked for {self.asked}; {why}): use longer or more texts")
+        return [f"each of the {len(self.files)} head files keeps {self.kept} of the {self.asked} vectors asked "
+                f"for ({names}): {why}"], None
+
+
+def _range(values) -> str:
+    lo, hi = int(np.min(values)), int(np.max(values))
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
 # --------------------------------------------------------------------------- capture
-
-
-class _StopForward(Exception):
-    """Raised after the deepest sampled layer: the rest of the forward pass is not needed."""
-
-
-class _Recorder:
-    """The registered attention function plus the sampled rows it has collected.
-
-    For the current text, ``picks[(layer, head, kind)]`` holds the row indices to copy; rows go
-    into ``chunks`` in the storage dtype, one array per text and head file.
-    """
-
-    def __init__(self, torch, sdpa, q_heads, k_heads, store_dtype, rope_inverse, nope_layers):
-        self.torch = torch
-        self.sdpa = sdpa
-        self.q_by_layer: dict[int, list[int]] = {}
-        for layer, head in q_heads:
-            self.q_by_layer.setdefault(layer, []).append(head)
-        self.k_by_layer: dict[int, list[int]] = {}
-        for layer, head in k_heads:
-            self.k_by_layer.setdefault(layer, []).append(head)
-        self.last_layer = max(max(self.q_by_layer), max(self.k_by_layer))
-        self.store_dtype = store_dtype
-        self.rope_inverse = rope_inverse  # callable(rows (n, d) float64, idx) -> rows, or None
-        self.nope_layers = set(nope_layers)
-        self.picks: dict[tuple[int, int, str], np.ndarray] = {}
-        self.chunks: dict[tuple[int, int, str], list[np.ndarray]] = {}
-        self.sliding: dict[int, int | None] = {}
-        self.seen_layers: set[int] = set()
-        self.active = False
-
-    def _take(self, states, layer: int, heads: list[int], kind: str) -> None:
-        for head in heads:
-            idx = self.picks[(layer, head, kind)]
-            # a numpy view of the (seq, d) slice, then fancy indexing: ~200x faster than torch's for this
-            rows = states[0, head].detach().cpu().numpy()[idx]
-            if self.rope_inverse is not None and layer not in self.nope_layers:
-                rows = self.rope_inverse(rows.astype(np.float64), idx)
-            self.chunks.setdefault((layer, head, kind), []).append(rows.astype(self.store_dtype))
-
-    def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
-        layer = getattr(module, "layer_idx", None)
-        if self.active and layer is not None:
-            if query.shape[0] != 1:
-                raise SniffError("internal: qkdb sniff runs one text per forward pass")
-            self.seen_layers.add(layer)
-            sw = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
-            self.sliding.setdefault(layer, int(sw) if sw else None)
-            self._take(query, layer, self.q_by_layer.get(layer, []), "q")
-            self._take(key, layer, self.k_by_layer.get(layer, []), "k")
-            if layer == self.last_layer:
-                raise _StopForward
-        return self.sdpa(module, query, key, value, attention_mask, *args, **kwargs)
-
-
-def _rope_inverse_fn(model, torch, head_dim: int):
-    """A function turning captured post-RoPE rows back to pre-RoPE with the model's rotary embedding.
-
-    Rotate-half RoPE maps x to ``x·cos + rot(x)·sin`` with ``rot(x) = (−x₂, x₁)``; since cos and sin
-    repeat across the two halves, ``y·cos − rot(y)·sin = x·(cos² + sin²)`` recovers x exactly
-    (the division undoes any attention scaling folded into cos and sin).
-    """
-    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
-    rotary = getattr(base, "rotary_emb", None)
-    if rotary is None:
-        raise SniffError("--pre-rope: this model has no rotary_emb module to undo RoPE with")
-    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def table(length: int):
-        if length not in cache:
-            pos = torch.arange(length).unsqueeze(0)
-            dummy = torch.zeros(1, length, head_dim, dtype=torch.float32)
-            try:
-                cos, sin = rotary(dummy, pos)
-            except TypeError as exc:
-                raise SniffError(f"--pre-rope is not supported for this architecture ({exc})") from exc
-            cos = cos[0].to(torch.float64).numpy()
-            sin = sin[0].to(torch.float64).numpy()
-            if cos.shape[-1] != head_dim:
-                raise SniffError("--pre-rope supports only RoPE over the whole head dimension")
-            cache.clear()
-            cache[length] = (cos, sin)
-        return cache[length]
-
-    def invert(rows: np.ndarray, idx: np.ndarray, length: int) -> np.ndarray:
-        cos, sin = table(length)
-        c, s = cos[idx], sin[idx]
-        half = head_dim // 2
-        rot = np.concatenate([-rows[:, half:], rows[:, :half]], axis=1)
-        return (rows * c - rot * s) / (c * c + s * s)
-
-    return invert
-
-
-def _default_name(options: SniffOptions) -> str:
-    src = Path(options.gguf) if options.gguf is not None else Path(options.model_path).resolve()
-    stem = src.stem if options.gguf is not None else src.name
-    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.")
-    return name or "sniffed-model"
 
 
 def _publish(tmp: Path, out: Path) -> None:
@@ -373,30 +526,33 @@ def _publish(tmp: Path, out: Path) -> None:
 def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResult:
     """Run the capture described by ``options`` and write it to ``options.out``.
 
+    Everything that can be checked without the model is checked first: the options and inputs,
+    the config, the texts (tokenized), and whether every head file gets enough rows.
+
     ``progress(event, **info)`` is called with ``"load"``, ``"plan"`` (texts, query_heads,
     key_heads), ``"text"`` (done, total) and ``"write"`` (done, total) events.
 
     Returns
     -------
     SniffResult
-        Where the dataset went, its metadata and what was captured.
+        Where the dataset went, its metadata, what was captured and notes for the user.
     """
     t0 = time.perf_counter()
     progress = progress or (lambda *a, **k: None)
     options.check()
     torch, transformers = _import_backend()
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import sdpa_mask
 
     if options.threads:
         torch.set_num_threads(int(options.threads))
-    progress("load", what=str(options.gguf or options.model_path))
-    model, tokenizer = load_model(options, torch, transformers)
-    facts = model_facts(model.config)
+    what = str(options.gguf or options.model_path)
+    facts = model_facts(load_config(options, transformers))
     try:
         ratio = sampling.gqa_ratio(facts.n_q_heads, facts.n_kv_heads)
     except ValueError as exc:
-        raise SniffError(f"{options.gguf or options.model_path}: {exc}") from exc
-
+        raise SniffError(f"{what}: {exc}") from exc
+    tokenizer = load_tokenizer(options, transformers)
     bos, eos = _tokenizer_specials(tokenizer)
     windows = texts.token_windows(
         texts.iter_documents(options.text, options.text_field),
@@ -409,114 +565,163 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
     )
     q_heads = sampling.sample_query_heads(facts.n_layers, facts.n_q_heads, options.q_heads, options.seed)
     k_heads = sampling.key_heads_for(q_heads, facts.n_q_heads, facts.n_kv_heads)
-    per_text = sampling.split_evenly(options.vectors_per_head, len(windows))
+    files = [(l, h, "q") for l, h in q_heads] + [(l, h, "k") for l, h in k_heads]
+    plan = CapturePlan(files, [len(w) for w in windows], options, facts.head_dim)
+    notes, error = plan.shortfall(IngestOptions().min_vectors)
+    if error:
+        raise SniffError(f"{options.text}: {error}")
+    tokens = None
+    if options.token_strings:
+        tokens = {f: [] for f in files}
+        for f in files:
+            for e, ids in enumerate(windows):
+                tokens[f].extend(tokenizer.convert_ids_to_tokens(ids[plan.positions_of(f, e)].tolist()))
     progress("plan", texts=len(windows), query_heads=len(q_heads), key_heads=len(k_heads))
 
-    invert = _rope_inverse_fn(model, torch, facts.head_dim) if options.pre_rope else None
-    recorder = _Recorder(
-        torch, sdpa_attention_forward, q_heads, k_heads, np.dtype(options.dtype), None, facts.nope_layers
+    progress("load", what=what)
+    model = load_model(options, torch, transformers)
+    # the loaded model's config is the one that counts (a GGUF's is built while loading)
+    facts = _same_facts(facts, model_facts(model.config), what)
+    plan.allocate()
+    recorder = Recorder(
+        torch, sdpa_attention_forward, plan, nope_layers=facts.nope_layers, expects_rope=facts.rope != "none",
+        scalings=facts.position_scalings, remove_scalings=not options.keep_position_scaling,
+        pre_rope=options.pre_rope, check=not options.unchecked, attn_modules=_attention_modules(model),
+        dims=(facts.n_q_heads, facts.n_kv_heads, facts.head_dim),
     )
     # one fixed name: a later capture in the same process replaces this recorder, none piles up
     transformers.AttentionInterface.register(ATTENTION_NAME, recorder)
     # masks are built as for sdpa (sliding windows, padding); an unknown name would get no mask at all
-    from transformers.masking_utils import sdpa_mask
-
     transformers.AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
     _select_attention(model, ATTENTION_NAME)
     # the base model only: the LM head's logits (seq × vocab floats) are not needed
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
-
-    files = [(l, h, "q") for l, h in q_heads] + [(l, h, "k") for l, h in k_heads]
-    positions: dict[tuple[int, int, str], list[np.ndarray]] = {f: [] for f in files}
-    buckets: dict[tuple[int, int, str], list[np.ndarray]] = {f: [] for f in files}
-    examples: dict[tuple[int, int, str], list[np.ndarray]] = {f: [] for f in files}
-    tokens: dict[tuple[int, int, str], list[str]] = {f: [] for f in files}
-    n_tokens = 0
-    for example_id, (ids, count) in enumerate(zip(windows, per_text)):
-        n_tokens += len(ids)
-        recorder.picks = {}
-        for f in files:
-            rng = sampling.position_rng(options.seed, example_id, *f)
-            pick = sampling.sample_positions(len(ids), int(count), rng, options.positions, options.min_bucket_size)
-            recorder.picks[f] = pick.positions
-            positions[f].append(pick.positions)
-            buckets[f].append(pick.buckets)
-            examples[f].append(np.full(len(pick.positions), example_id, np.int64))
-            if options.token_strings:
-                tokens[f].extend(tokenizer.convert_ids_to_tokens(ids[pick.positions].tolist()))
-        if invert is not None:
-            recorder.rope_inverse = lambda rows, idx, _n=len(ids): invert(rows, idx, _n)
-        recorder.active = True
-        try:
-            with torch.inference_mode():
-                base(input_ids=torch.as_tensor(ids).unsqueeze(0), use_cache=False)
-        except _StopForward:
-            pass
-        except SniffError:
-            raise
-        except Exception as exc:
-            raise SniffError(f"the forward pass failed on text {example_id} ({type(exc).__name__}: {exc})") from exc
-        finally:
-            recorder.active = False
-        if example_id == 0:
-            missing = sorted({l for l, _, _ in files} - recorder.seen_layers)
-            if missing:
-                raise SniffError(
-                    f"{options.gguf or options.model_path}: the model does not route attention through "
-                    f"transformers' AttentionInterface (no capture from layers {missing[:5]}); qkdb sniff "
-                    "cannot read its queries and keys"
-                )
-        progress("text", done=example_id + 1, total=len(windows))
+    layers = sorted({l for l, _, _ in files})
+    try:
+        for example_id, ids in enumerate(windows):
+            recorder.begin_text(example_id)
+            try:
+                with torch.inference_mode():
+                    base(input_ids=torch.as_tensor(ids).unsqueeze(0), use_cache=False)
+            except StopForward:
+                pass
+            except SniffError:
+                raise
+            except Exception as exc:
+                raise SniffError(f"the forward pass failed on text {example_id} ({_one_line(exc)})") from exc
+            finally:
+                recorder.end_text()
+            if example_id == 0:
+                missing = sorted(set(layers) - recorder.seen_layers)
+                if missing:
+                    raise SniffError(
+                        f"{what}: the model does not route attention through transformers' AttentionInterface "
+                        f"(no capture from layers {missing[:5]}); qkdb sniff cannot read its queries and keys"
+                    )
+                if facts.rope == "none" and recorder.rope_layers:
+                    raise SniffError(
+                        f"{what}: the config declares no RoPE, but layers {sorted(recorder.rope_layers)[:5]} are "
+                        "given cos/sin: qkdb sniff cannot tell what the model does"
+                    )
+            progress("text", done=example_id + 1, total=len(windows))
+    finally:
+        recorder.close()
+    check = check_summary(recorder, layers)
+    notes.extend(_check_notes(check, facts, options))
 
     out = Path(options.out)
     tmp = out.parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir(parents=True)
-    n_vectors = 0
     try:
         for i, f in enumerate(files):
             layer, head, kind = f
-            vecs = np.concatenate(recorder.chunks.pop(f))
-            n_vectors += len(vecs)
             write_head(
-                tmp, layer, head, kind, vecs,
-                np.concatenate(positions[f]),
-                example_id=np.concatenate(examples[f]),
-                bucket=np.concatenate(buckets[f]),
+                tmp, layer, head, kind, plan.vectors.pop(f), plan.positions[f],
+                example_id=plan.example_id, bucket=plan.buckets[f],
                 sliding_window=recorder.sliding.get(layer),
-                token_str=tokens[f] if options.token_strings else None,
+                token_str=tokens[f] if tokens is not None else None,
                 dtype=options.dtype,
             )
             progress("write", done=i + 1, total=len(files))
-        metadata = _metadata(options, facts, ratio, q_heads, len(windows), n_tokens, transformers, torch)
+        max_position = int(max(p.max() for p in plan.positions.values())) if plan.kept else None
+        metadata = _metadata(options, facts, ratio, q_heads, windows, plan, check, max_position, transformers, torch)
         write_metadata(tmp, metadata)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SniffResult(out, metadata, q_heads, k_heads, len(windows), n_vectors, time.perf_counter() - t0)
+    return SniffResult(out, metadata, q_heads, k_heads, len(windows), plan.kept * len(files),
+                       time.perf_counter() - t0, notes)
 
 
-def _metadata(options, facts: ModelFacts, ratio, q_heads, n_windows, n_tokens, transformers, torch) -> dict:
+def _same_facts(before: ModelFacts, after: ModelFacts, what: str) -> ModelFacts:
+    """The loaded model's facts; its head counts must be those the plan was drawn with."""
+    keys = ("n_layers", "n_q_heads", "n_kv_heads", "head_dim")
+    if any(getattr(before, k) != getattr(after, k) for k in keys):
+        shown = ", ".join(f"{k} {getattr(before, k)} → {getattr(after, k)}" for k in keys
+                          if getattr(before, k) != getattr(after, k))
+        raise SniffError(f"{what}: the loaded model's config differs from the one read before loading ({shown})")
+    return after
+
+
+def _check_notes(check: dict, facts: ModelFacts, options: SniffOptions) -> list[str]:
+    """One line per thing the user should know about what was stored."""
+    notes = []
+    if check["method"].startswith("none"):
+        notes.append("--unchecked: the stored vectors were not compared with the layers' projections "
+                     "(recorded in capture.check)")
+    for entry in check.get("unchecked", []):
+        notes.append(
+            f"layers {_layer_list(entry['layers'])} were not checked against their projections ({entry['reason']}): "
+            "a non-RoPE position signal there would go unnoticed"
+        )
+    for s in facts.position_scalings:
+        vectors = "queries" if s.kind == "q" else "keys"
+        where = ("kept in the stored vectors (--keep-position-scaling)" if options.keep_position_scaling
+                 else "divided out of the stored vectors")
+        notes.append(f"the model multiplies its {vectors} by a position-dependent factor that is not RoPE "
+                     f"({s.type}: {s.FORMULAS[s.type]}): {where}; recorded in position_scaling")
+    if facts.rope == "none":
+        notes.append("the model has no rotary position embedding: recorded as rope: none, every layer as a NoPE "
+                     "layer; the ingest skips its RoPE planes")
+    return notes
+
+
+def _layer_list(layers: list[int]) -> str:
+    return ", ".join(map(str, layers[:8])) + (f" and {len(layers) - 8} more" if len(layers) > 8 else "")
+
+
+def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: CapturePlan, check, max_position,
+              transformers, torch) -> dict:
     from qkdb.api import version
 
     weights = (
         {"gguf_file": Path(options.gguf).name} if options.gguf is not None
         else {"model_path": str(Path(options.model_path).resolve())}
     )
+    hf_model, revision = _origin(options)
+    rotary = facts.rope != "none"
     meta = {
         "model": options.model_name or _default_name(options),
-        "family": options.family or facts.model_type,
+        "family": options.family or default_family(facts.model_type, hf_model),
         "n_layers": facts.n_layers,
         "n_q_heads": facts.n_q_heads,
         "n_kv_heads": facts.n_kv_heads,
         "gqa_ratio": ratio,
         "head_dim": facts.head_dim,
+        "rope": facts.rope,
         "rope_theta": facts.rope_theta,
-        "rope_pairing": "half",
+        "rope_pairing": "half" if rotary else None,
         "rope_scaling": facts.rope_scaling,
+        "layer_rope_theta": facts.layer_rope_theta,
+        "layer_rope_scaling": facts.layer_rope_scaling,
         "nope_layers": facts.nope_layers,
+        "position_scaling": [
+            s.record(removed=not options.keep_position_scaling, max_position=max_position)
+            for s in facts.position_scalings
+        ] or None,
         "source": "sniff",
-        "hf_model": options.hf_model or str(options.gguf or options.model_path),
+        "hf_model": hf_model,
         "capture": {
             "tool": "qkdb sniff",
             "qkdb_version": version(),
@@ -529,8 +734,8 @@ def _metadata(options, facts: ModelFacts, ratio, q_heads, n_windows, n_tokens, t
             "seed": options.seed,
             "texts": {
                 "source": str(options.text),
-                "n_texts": n_windows,
-                "n_tokens": n_tokens,
+                "n_texts": len(windows),
+                "n_tokens": int(sum(len(w) for w in windows)),
                 "pack": options.pack,
             },
             "max_length": options.max_length,
@@ -540,13 +745,14 @@ def _metadata(options, facts: ModelFacts, ratio, q_heads, n_windows, n_tokens, t
                 "policy": options.positions,
                 "min_bucket_size": options.min_bucket_size,
                 "vectors_per_head": options.vectors_per_head,
+                "kept_per_head": plan.kept,
             },
             "pre_rope": options.pre_rope,
             "dtype": options.dtype,
             "token_strings": options.token_strings,
+            "check": check,
         },
     }
-    if options.model_revision:
-        meta["model_revision"] = options.model_revision
+    if revision:
+        meta["model_revision"] = revision
     return meta
-

@@ -21,7 +21,8 @@ with the tokenizer's end-of-sequence token and cut into consecutive windows of e
 ``max_length`` tokens (a trailing shorter window is dropped unless it is the only one); when the
 tokenizer adds a beginning-of-sequence token by itself, every window starts with it. Packing gives
 every window the full context length, which the positional findings need. With ``pack=False``
-each document is one window, truncated to ``max_length``.
+each document is one window, truncated to ``max_length``. Empty (or whitespace-only) documents are
+skipped in both modes.
 """
 
 from __future__ import annotations
@@ -93,6 +94,18 @@ def iter_documents(source: str | os.PathLike, text_field: str = "text") -> Itera
         raise SniffError(f"{source}: no such text file or folder (use 'pydoc' for the built-in corpus)")
 
 
+def check_source(source: str | os.PathLike, text_field: str = "text") -> None:
+    """Raise :class:`SniffError` unless the source exists and holds some text (not only whitespace).
+
+    Reads documents only until the first non-empty one: cheap, and done before any model loads.
+    """
+    for doc in iter_documents(source, text_field):
+        if doc.strip():
+            return
+    where = "the built-in corpus" if str(source) == PYDOC else str(source)
+    raise SniffError(f"{where}: no text in it (every document is empty or whitespace)")
+
+
 def token_windows(
     documents: Iterable[str],
     encode: Callable[[str], list[int]],
@@ -122,6 +135,8 @@ def token_windows(
     for doc in documents:
         if full():
             break
+        if not doc.strip():
+            continue  # an empty document is no text: packed, it would add a lone separator
         ids = list(encode(doc))
         if not pack:
             if ids:

@@ -12,7 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,13 +106,16 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
         if f in facts and (not isinstance(facts[f], int) or isinstance(facts[f], bool)):
             raise InputError(f"{METADATA_FILE}: {f} must be an integer, got {facts[f]!r}")
     given = {k: v for k, v in overrides.items() if v is not None}
+    facts = _metadata_facts(facts)
     if registered is not None:
         base, base_origin = registered, "the registry"
+        if metadata.get("source") == "sniff":
+            # The registry wins, except on what a qkdb sniff capture records about its own vectors
+            # (the registry's entries describe the Hub's captures).
+            captured = _metadata_facts({k: metadata.get(k) for k in _CAPTURE_FACTS})
+            base = replace(base, **{k: captured[k] if captured[k] is not None else _SPEC_DEFAULTS[k]
+                                    for k in _CAPTURE_FACTS})
     else:
-        if "nope_layers" in facts:
-            facts["nope_layers"] = tuple(facts["nope_layers"])
-        if isinstance(facts.get("rope_scaling"), dict):
-            facts["rope_scaling"] = json.dumps(facts["rope_scaling"], sort_keys=True)
         base, base_origin = ModelSpec(model=name).with_overrides(**facts), METADATA_FILE
     # Where each head count comes from, for the messages (a ratio derived from the counts: from theirs).
     origin = {f: base_origin for f in registry.HEAD_COUNTS if getattr(base, f) is not None}
@@ -132,6 +135,32 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
             f"(and --family).{hint}"
         )
     return spec
+
+
+# Facts a dataset's qkdb_dataset.json records about its own vectors, which the registry cannot know.
+_CAPTURE_FACTS = ("rope", "layer_rope_theta", "layer_rope_scaling", "position_scaling")
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+
+
+def _metadata_facts(facts: dict) -> dict:
+    """``qkdb_dataset.json`` values in the types of :class:`ModelSpec` (tuples, JSON text)."""
+    facts = dict(facts)
+
+    def as_json(v):
+        return v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
+
+    for key in ("nope_layers", "layer_rope_theta"):
+        if isinstance(facts.get(key), list):
+            facts[key] = tuple(facts[key])
+    if isinstance(facts.get("layer_rope_scaling"), list):
+        facts["layer_rope_scaling"] = tuple(as_json(v) for v in facts["layer_rope_scaling"])
+    for key in ("rope_scaling", "position_scaling"):
+        if isinstance(facts.get(key), (dict, list)):
+            facts[key] = as_json(facts[key])
+    rope = facts.get("rope")
+    if rope is not None and rope not in ("rotary", "none"):
+        raise InputError(f"{METADATA_FILE}: rope must be 'rotary' or 'none', got {rope!r}")
+    return facts
 
 
 def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
@@ -159,12 +188,37 @@ def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
     )
 
 
-def _check_rope(options: IngestOptions) -> None:
-    """Refuse an unusable RoPE scaling once, up front, rather than once per head."""
+def _check_rope(options: IngestOptions, spec: ModelSpec) -> None:
+    """Refuse an unusable RoPE scaling (the model's or a layer's) once, up front, rather than once per head."""
     from qkdb.ingest.rope_planes import rope_frequencies
 
-    if options.complement and options.rope_theta is not None:
+    if not options.complement or spec.rope == "none":
+        return
+    if options.rope_theta is not None:
         rope_frequencies(2, options.rope_theta, options.rope_scaling)
+    for theta, scaling in set(zip(spec.layer_rope_theta or (), spec.layer_rope_scaling or ())):
+        if theta is not None:
+            rope_frequencies(2, theta, scaling)
+
+
+def spec_notes(spec: ModelSpec, options: IngestOptions) -> list[str]:
+    """What the user should know about the model's positional encoding before reading its metrics (once each)."""
+    notes = []
+    if spec.rope == "none" and options.complement:
+        notes.append(
+            f"{spec.model} has no rotary position embedding (rope: none): no RoPE planes are computed "
+            "(rope_planes has no rows for it), its layers count as NoPE layers (heads.is_nope) and the "
+            "findings about RoPE layers leave it out; rotation.omega comes from the complement pairs"
+        )
+    for entry in json.loads(spec.position_scaling or "[]"):
+        if not entry.get("removed", False):
+            kind = "queries" if entry.get("kind") == "q" else "keys"
+            notes.append(
+                f"{spec.model}: its {kind} carry a position-dependent factor that is not RoPE "
+                f"({entry.get('type')}: {entry.get('formula')}); the positional metrics of the {kind} include "
+                "it (models.position_scaling)"
+            )
+    return notes
 
 
 def _files_fingerprint(groups) -> str:
@@ -283,6 +337,9 @@ def ingest(
         rope_scaling=json.dumps(rope_scaling, sort_keys=True) if isinstance(rope_scaling, dict) else rope_scaling,
     )
     store.check_model_name(spec.model)
+    if rope_theta is not None or rope_scaling is not None:
+        # RoPE given for the whole model replaces the capture's per-layer RoPE.
+        spec = replace(spec, layer_rope_theta=None, layer_rope_scaling=None)
     try:
         options = IngestOptions(
             n_components=n_components, b_method=b_method, max_vectors=max_vectors, points=points,
@@ -295,7 +352,7 @@ def ingest(
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the discovery and warehouse work below.
     start_workers(workers)
-    _check_rope(options)
+    _check_rope(options, spec)
     selection = HeadSelection.parse(heads)
     hub_source = None
     if path is not None:
@@ -327,7 +384,8 @@ def ingest(
     return _ingest_groups(
         home_dir, spec, options, groups, source=source, location=location,
         revision=revision, commit=commit, fingerprint=fp, workers=workers, wait=wait,
-        progress=progress, started=started, t0=t0, notes=[f"ignored folder {p}" for p in ignored],
+        progress=progress, started=started, t0=t0,
+        notes=[f"ignored folder {p}" for p in ignored] + spec_notes(spec, options),
         planned=planned,
     )
 
@@ -423,11 +481,19 @@ def _bad_rows_note(bad_rows: dict[str, int]) -> str:
 
 
 def _model_row(spec: ModelSpec, source, location, revision, head_dim, n_heads, options, published) -> dict:
+    # (absent list columns are NULL: a [None] would make pyarrow import pandas in the parent)
+    per_layer = {
+        name: [list(value)] for name in ("layer_rope_theta", "layer_rope_scaling")
+        if (value := getattr(spec, name)) is not None
+    }
     return {
+        **per_layer,
         "family": spec.family, "in_paper": spec.in_paper, "hf_model": spec.hf_model,
         "model_revision": spec.model_revision, "n_layers": spec.n_layers, "n_q_heads": spec.n_q_heads,
         "n_kv_heads": spec.n_kv_heads, "gqa_ratio": spec.gqa_ratio, "head_dim": head_dim,
-        "rope_theta": spec.rope_theta, "rope_pairing": spec.rope_pairing, "rope_scaling": spec.rope_scaling,
+        "rope": spec.rope, "rope_theta": spec.rope_theta,
+        "rope_pairing": spec.rope_pairing if spec.rope != "none" else None, "rope_scaling": spec.rope_scaling,
+        "position_scaling": spec.position_scaling,
         "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
         "phase": spec.phase, "step": spec.step, "source": source, "location": location,
         "revision": revision or spec.dataset_revision if source == "hub" else revision,

@@ -122,67 +122,60 @@ def test_missing_extra_is_one_clear_error(tmp_path, monkeypatch):
     from qkdb.ingest.sniff import SniffOptions, sniff
 
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     with pytest.raises(SniffError, match=r"pip install 'qkdb\[sniff\]'"):
         sniff(SniffOptions(out=tmp_path / "out", model_path=tmp_path / "m"))
 
 
-def test_options_are_checked_before_loading(tmp_path):
+def test_options_and_inputs_are_checked_before_loading(tmp_path):
     from qkdb.ingest.sniff import SniffOptions
 
+    model = tmp_path / "model"
+    model.mkdir()
     with pytest.raises(SniffError, match="exactly one"):
         SniffOptions(out=tmp_path / "o").check()
     with pytest.raises(SniffError, match="no such model folder"):
         SniffOptions(out=tmp_path / "o", model_path=tmp_path / "nope").check()
+    # a folder without a model: one line saying so (not transformers' tokenizer message)
+    (model / "weights.gguf").write_bytes(b"GGUF\0\0")
+    with pytest.raises(SniffError, match=r"model: no model here .*use --gguf .*weights.gguf"):
+        SniffOptions(out=tmp_path / "o", model_path=model).check()
+    (tmp_path / "fake.gguf").write_bytes(b"PK\3\4 not a gguf")
+    with pytest.raises(SniffError, match="fake.gguf: not a GGUF file"):
+        SniffOptions(out=tmp_path / "o", gguf=tmp_path / "fake.gguf").check()
+    (model / "config.json").write_text("{}")
+    # texts: missing, empty, whitespace only — before any model loads
+    with pytest.raises(SniffError, match="missing.txt: no such text file"):
+        SniffOptions(out=tmp_path / "o", model_path=model, text=str(tmp_path / "missing.txt")).check()
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(SniffError, match="empty.txt: no text in it"):
+        SniffOptions(out=tmp_path / "o", model_path=model, text=str(tmp_path / "empty.txt")).check()
+    (tmp_path / "blank.jsonl").write_text('{"text": "  \\n "}\n""\n')
+    with pytest.raises(SniffError, match="blank.jsonl: no text in it"):
+        SniffOptions(out=tmp_path / "o", model_path=model, text=str(tmp_path / "blank.jsonl")).check()
+    with pytest.raises(SniffError, match="--keep-position-scaling cannot apply"):
+        SniffOptions(out=tmp_path / "o", model_path=model, pre_rope=True, keep_position_scaling=True).check()
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "notes.txt").write_text("mine")
     with pytest.raises(SniffError, match="not empty"):
-        SniffOptions(out=tmp_path / "o", model_path=tmp_path).check()
+        SniffOptions(out=tmp_path / "o", model_path=model).check()
     with pytest.raises(SniffError, match="not a capture"):
-        SniffOptions(out=tmp_path / "o", model_path=tmp_path, force=True).check()
+        SniffOptions(out=tmp_path / "o", model_path=model, force=True).check()
+
+
+def test_empty_documents_are_skipped_not_packed_as_separators():
+    w = texts.token_windows(["", "ab", "   ", "cd"], _encode, 3, pack=True, eos_id=0)
+    assert [x.tolist() for x in w] == [[97, 98, 0], [99, 100, 0]]
+    assert [x.tolist() for x in texts.token_windows(["", "ab"], _encode, 5, pack=False)] == [[97, 98]]
+    with pytest.raises(SniffError, match="no tokens"):
+        texts.token_windows(["", " "], _encode, 5, pack=True, eos_id=0)
 
 
 # --------------------------------------------------------------------------- captures from a tiny Llama
+# (every architecture family against an independent recomputation: tests/test_sniff_families.py)
 
 N_LAYERS, N_Q, N_KV, HEAD_DIM, THETA = 3, 4, 2, 8, 5000.0
-
-
-def _build_tiny(folder, arch: str = "llama", **extra):
-    """A random GQA model (3 layers, 4 query / 2 KV heads, d = 8) with a BPE tokenizer that adds BOS."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(texts.pydoc_documents()[:40], trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    fast.save_pretrained(folder)
-    Config, Model = {
-        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
-    }[arch]
-    config = Config(
-        vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=N_LAYERS,
-        num_attention_heads=N_Q, num_key_value_heads=N_KV, head_dim=HEAD_DIM, max_position_embeddings=1024,
-        rope_parameters={"rope_type": "default", "rope_theta": THETA}, bos_token_id=1, eos_token_id=2, **extra,
-    )
-    torch.manual_seed(0)
-    model = Model(config)
-    with torch.no_grad():  # random biases where the architecture has them (they start at zero)
-        for layer in model.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
-                if proj.bias is not None:
-                    proj.bias.normal_()
-    model.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +187,12 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, corpus):
-    # biases make a wrong projection easier to spot
-    return _build_tiny(tmp_path_factory.mktemp("tiny-llama"), "llama", attention_bias=True), corpus
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import tiny_models
+
+    tokenizer = tiny_models.train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+    return tiny_models.build(tmp_path_factory.mktemp("tiny-llama"), "llama", *tokenizer), corpus
 
 
 def _sniff(tiny_model, out, **kw):
@@ -210,105 +207,30 @@ def _sniff(tiny_model, out, **kw):
     return sniff(SniffOptions(**opts))
 
 
-def _rope_half(x: np.ndarray, pos: np.ndarray, theta: float) -> np.ndarray:
-    """Rotate-half RoPE in float64: plane j = (x_j, x_{j+d/2}) turned by pos · theta^(-2j/d)."""
-    d = x.shape[-1]
-    inv = theta ** (-np.arange(0, d, 2) / d)
-    ang = pos[:, None] * inv[None, :]
-    c, s = np.cos(ang), np.sin(ang)
-    x1, x2 = x[:, : d // 2], x[:, d // 2 :]
-    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=1)
-
-
-def _linear(h: np.ndarray, layer) -> np.ndarray:
-    out = h @ layer.weight.detach().double().numpy().T
-    return out if layer.bias is None else out + layer.bias.detach().double().numpy()
-
-
-def _reference_projections(tiny_model, windows):
-    """Per text and layer: (q, k) projections (heads, seq, d) in float64, from the attention inputs."""
-    import torch
-    import transformers
-
-    folder, _ = tiny_model
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
-    inputs: dict[int, np.ndarray] = {}
-
-    def hook(layer):
-        def grab(module, args, kwargs):
-            inputs[layer] = kwargs["hidden_states"][0].double().numpy()
-        return grab
-
-    handles = [m.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True) for i, m in enumerate(model.model.layers)]
-    out = []
-    for ids in windows:
-        with torch.no_grad():
-            model(input_ids=torch.as_tensor(ids)[None])
-        per_layer = {}
-        for i, m in enumerate(model.model.layers):
-            a = m.self_attn
-            h = inputs[i]
-            q, k = _linear(h, a.q_proj), _linear(h, a.k_proj)
-            per_layer[i] = (q.reshape(len(h), N_Q, HEAD_DIM).transpose(1, 0, 2), k.reshape(len(h), N_KV, HEAD_DIM).transpose(1, 0, 2))
-        out.append(per_layer)
-    for hd in handles:
-        hd.remove()
-    return out
-
-
-def _windows(tiny_model, n=3, max_length=96):
-    import transformers
-
-    folder, corpus = tiny_model
-    tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    return texts.token_windows(
-        texts.iter_documents(corpus), lambda s: tok(s, add_special_tokens=False)["input_ids"], max_length,
-        bos_id=tok.bos_token_id, eos_id=tok.eos_token_id, limit=n,
-    )
-
-
 @pytest.fixture(scope="module")
 def captured(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("cap") / "sniffed"
     return _sniff(tiny_model, out), out
 
 
-def _assert_matches_reference(tiny_model, out, n_texts, per_file, pre_rope=False) -> int:
-    """Every stored row equals the recomputed projection (with RoPE unless pre_rope) at its position."""
-    ref = _reference_projections(tiny_model, _windows(tiny_model, n=n_texts))
+def test_sniffed_vectors_are_q_and_k_projections_with_rope(tiny_model, captured):
+    import tiny_models
+
+    folder, corpus = tiny_model
+    _, out = captured
+    windows = tiny_models.windows(folder, corpus, 3, 96)
+    assert [w[0] for w in windows] == [1, 1, 1]  # the tokenizer adds BOS: every window starts with it
+    ref = tiny_models.reference(folder, windows)
     found = discover(out)
-    checked = 0
+    assert len(found.queries) == 5
     for table, kind in ((found.queries, "q"), (found.keys, "k")):
         for (layer, head), hf in table.items():
             data = read_head(hf.path)
-            assert data.vectors.shape == (per_file, HEAD_DIM) and data.n_dropped == 0
-            for ex in range(n_texts):
+            assert data.vectors.shape == (60, HEAD_DIM) and data.n_dropped == 0
+            for ex in range(3):
                 rows = data.example_id == ex
-                pos = data.positions[rows].astype(int)
-                proj = ref[ex][layer][0 if kind == "q" else 1][head][pos]
-                expect = proj if pre_rope else _rope_half(proj, pos.astype(np.float64), THETA)
-                np.testing.assert_allclose(data.vectors[rows], expect, rtol=1e-4, atol=1e-4)
-                checked += rows.sum()
-    assert checked == per_file * (len(found.queries) + len(found.keys))
-    return checked
-
-
-def test_sniffed_vectors_are_q_and_k_projections_with_rope(tiny_model, captured):
-    _, out = captured
-    assert [w[0] for w in _windows(tiny_model)] == [1, 1, 1]  # the tokenizer adds BOS: every window starts with it
-    assert len(discover(out).queries) == 5
-    _assert_matches_reference(tiny_model, out, n_texts=3, per_file=60)
-
-
-def test_sliding_window_layers_are_masked_and_recorded(tmp_path_factory, corpus, tmp_path):
-    # a window much shorter than the text: later layers' inputs differ unless the capture masks like the model
-    model = _build_tiny(tmp_path_factory.mktemp("tiny-mistral"), "mistral", sliding_window=12), corpus
-    out = tmp_path / "mistral"
-    _sniff(model, out, q_heads=None, vectors_per_head=40, n_texts=2)
-    _assert_matches_reference(model, out, n_texts=2, per_file=40)
-    for hf in discover(out).queries.values():
-        assert set(pq.read_table(hf.path).column("sliding_window").to_pylist()) == {12}
+                want = ref[ex][layer][kind][head][data.positions[rows].astype(int)]
+                np.testing.assert_allclose(data.vectors[rows], want, rtol=1e-4, atol=1e-5)
 
 
 def test_heads_and_positions_follow_the_seed(captured):
@@ -338,18 +260,15 @@ def test_metadata_records_the_model_and_capture(captured):
         "model": "tiny", "family": "Tiny", "n_layers": N_LAYERS, "n_q_heads": N_Q, "n_kv_heads": N_KV,
         "head_dim": HEAD_DIM,
     }
-    assert meta["rope_theta"] == THETA and meta["rope_pairing"] == "half" and meta["rope_scaling"] is None
+    assert meta["rope"] == "rotary" and meta["rope_theta"] == THETA and meta["rope_pairing"] == "half"
+    assert meta["rope_scaling"] is None and meta["layer_rope_theta"] is None and meta["position_scaling"] is None
     assert meta["nope_layers"] == [] and meta["source"] == "sniff"
     cap = meta["capture"]
     assert cap["seed"] == 11 and cap["max_length"] == 96 and cap["pre_rope"] is False
-    assert cap["positions"] == {"policy": "log-uniform", "min_bucket_size": 16, "vectors_per_head": 60}
+    assert cap["positions"] == {"policy": "log-uniform", "min_bucket_size": 16, "vectors_per_head": 60,
+                                "kept_per_head": 60}
+    assert cap["check"]["checked_layers"] == sorted({l for l, _ in sampling.sample_query_heads(N_LAYERS, N_Q, 5, 11)})
     assert cap["texts"]["n_texts"] == 3 and cap["q_heads"] == 5 and cap["qkdb_version"]
-
-
-def test_pre_rope_capture_is_the_plain_projection(tiny_model, tmp_path):
-    _sniff(tiny_model, tmp_path / "pre", pre_rope=True, q_heads=2, n_texts=2, vectors_per_head=30)
-    _assert_matches_reference(tiny_model, tmp_path / "pre", n_texts=2, per_file=30, pre_rope=True)
-    assert read_metadata(tmp_path / "pre")["capture"]["pre_rope"] is True
 
 
 def test_same_seed_same_files_and_float16_storage(tiny_model, captured, tmp_path):
@@ -397,8 +316,20 @@ def test_cli_sniff_writes_the_dataset(tiny_model, runner, tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert len(discover(out).queries) == 3
-    assert read_metadata(out)["model"] == folder.name.lower()
+    meta = read_metadata(out)
+    assert meta["model"] == folder.name.lower() and meta["hf_model"] == folder.name
+    assert meta["family"] == "llama"  # the config's type: Llama 3.1/3.2/SmolLM2 ... share it
     again = runner.invoke(app, args)
     assert again.exit_code == 6 and "not empty" in again.output
     bad = runner.invoke(app, ["sniff", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 6 and "exactly one of --model-path" in bad.output
+    # bad inputs: one line naming the problem, before anything loads
+    for extra, message in ((["--model-path", str(tmp_path)], "no model here"),
+                           (["--model-path", str(folder), "--text", str(tmp_path / "gone.txt")], "no such text file")):
+        r = runner.invoke(app, ["sniff", "--out", str(tmp_path / "y"), *extra])
+        assert r.exit_code == 6 and message in r.output and "Traceback" not in r.output
+        assert len(r.output.strip().splitlines()) == 1
+    # a capture that keeps fewer vectors than asked says so
+    short = runner.invoke(app, [*args[:4], str(tmp_path / "short"), *args[5:], "--texts", "1", "--max-length", "30"])
+    assert short.exit_code == 0, short.output
+    assert "note: each of the" in short.output and "keeps 30 of the 40 vectors asked for" in short.output

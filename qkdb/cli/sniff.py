@@ -34,11 +34,13 @@ def sniff_command(
     min_bucket_size: Annotated[int, typer.Option("--min-bucket-size", min=1, help="Width of the first position bucket [0, m).")] = 128,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the head and position samples.")] = 0,
     pre_rope: Annotated[bool, typer.Option("--pre-rope", help="Store vectors before RoPE instead of after.")] = False,
+    keep_position_scaling: Annotated[bool, typer.Option("--keep-position-scaling", help="Keep position-dependent factors that are not RoPE (Ministral3's query scale) in the stored vectors instead of dividing them out; recorded either way.")] = False,
+    unchecked: Annotated[bool, typer.Option("--unchecked", help="Do not compare the stored vectors with the layers' projections (for architectures the check cannot follow); recorded in the metadata.")] = False,
     dtype: Annotated[Dtype, typer.Option("--dtype", help="Stored vector type.")] = Dtype.float32,
     tokens: Annotated[bool, typer.Option("--tokens", help="Also store each vector's token (token_str column).")] = False,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name recorded for ingest (default: from the file or folder name).", show_default=False)] = None,
-    family: Annotated[Optional[str], typer.Option("--family", help="Family recorded for ingest (default: the config's model_type).", show_default=False)] = None,
-    hf_model: Annotated[Optional[str], typer.Option("--hf-model", help="Upstream model id to record, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.", show_default=False)] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="Family recorded for ingest (default: the registry's family when the model is known to it, else the config's model_type).", show_default=False)] = None,
+    hf_model: Annotated[Optional[str], typer.Option("--hf-model", help="Upstream model id to record, e.g. HuggingFaceTB/SmolLM2-135M-Instruct (default: the repo id when the files say it, else the file or folder name).", show_default=False)] = None,
     model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="Revision of the weights to record.", show_default=False)] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="torch CPU threads (default: torch's choice).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a previous capture in --out.")] = False,
@@ -51,14 +53,17 @@ def sniff_command(
         out=out, model_path=model_path, gguf=gguf, text=text, text_field=text_field, n_texts=texts,
         max_length=max_length, pack=not no_pack, q_heads=q_heads, vectors_per_head=vectors_per_head,
         positions=positions.value, min_bucket_size=min_bucket_size, seed=seed, pre_rope=pre_rope,
-        dtype=dtype.value, token_strings=tokens, model_name=model, family=family, hf_model=hf_model,
-        model_revision=model_revision, force=force, threads=threads,
+        keep_position_scaling=keep_position_scaling, unchecked=unchecked, dtype=dtype.value, token_strings=tokens,
+        model_name=model, family=family, hf_model=hf_model, model_revision=model_revision, force=force,
+        threads=threads,
     )
     options.check()  # fail on bad options before the slow imports
     _quiet_transformers()
     with _progress(quiet) as progress:
         result = sniff(options, progress=progress)
     meta = result.metadata
+    for line in result.notes:
+        note(f"note: {line}")
     note(
         f"sniffed {meta['model']}: {len(result.query_heads)} query heads and {len(result.key_heads)} key heads, "
         f"{result.n_vectors} vectors from {result.n_texts} texts in {result.seconds:.0f}s into {result.out}"
