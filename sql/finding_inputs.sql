@@ -205,7 +205,8 @@ rows as (
     select '002.F4.ring_accuracy' as id, 'overall' as scope, 'mean' as stat, model as m, model as c, u,
         mean_active_qk_accuracy as x from rp where not coalesce(is_nope, false)
     union all by name
-    select '002.F4.max_angle_r' as id, 'overall' as scope, 'max' as stat, model as m, model as c, u, max_angle_r as x from rp
+    select '002.F4.max_angle_r' as id, 'overall' as scope, 'max' as stat, model as m, model as c, u, max_angle_r as x
+    from rp where not coalesce(is_nope, false)
     union all by name
     select '002.F5.overall' as id, 'overall' as scope, 'corr' as stat, m, m as c, u, bias_strength as x, separation_strength as y from pooled
     union all by name
