@@ -16,7 +16,7 @@ Rows, per file (``FixedSizeList<float32>[128]`` × 8,000 rows, zstd):
   step in ``benchmarks/ingest.py``), with its own threads and with one;
 * the same, vector column only (column projection);
 * DuckDB's ``read_parquet`` into Arrow, flattened (one DuckDB thread);
-* qkdb's page reader (``ingest/vector_pages.py``): pages decompressed and their values written
+* qkdb's page reader (``ingest/sources/vector_pages.py``): pages decompressed and their values written
   straight into float64 (what ``read_head`` uses), and the same walk without the conversion — the
   cost of decompression alone, a lower bound for any reader.
 """
@@ -62,13 +62,13 @@ def _duckdb(con, path: str) -> np.ndarray:
 def _qkdb(path: str) -> np.ndarray:
     import pyarrow.parquet as pq
 
-    from qkdb.ingest.vector_pages import read_fixed_size_vectors
+    from qkdb.ingest.sources.vector_pages import read_fixed_size_vectors
 
     return read_fixed_size_vectors(pq.ParquetFile(path, memory_map=True), path, "vector")
 
 
 def _qkdb_decompress_only(path: str) -> None:
-    from qkdb.ingest import vector_pages
+    from qkdb.ingest.sources import vector_pages
 
     convert = vector_pages._decode_values
     vector_pages._decode_values = lambda *args: None  # walk and decompress every page, write nothing
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import duckdb
 
-    from qkdb.ingest.layout import read_head
+    from qkdb.ingest.sources.layout import read_head
 
     threadpool_limits(1)
     bench = _ingest_benchmark()

@@ -91,13 +91,13 @@ def _read_pyarrow_cov(path: str) -> int:
     pyarrow's vectors go to qkdb's ``moments`` (widened to float64 block by block, centred, the
     scatter matrix by BLAS ``syrk``, the covariance with position): the products no reader avoids.
     """
-    from qkdb.ingest.moments import moments
+    from qkdb.ingest.metrics.moments import moments
 
     return moments(*_pyarrow_arrays(path)).n
 
 
 def _read_qkdb(path: str) -> int:
-    from qkdb.ingest.layout import read_head
+    from qkdb.ingest.sources.layout import read_head
 
     return len(read_head(path).positions)
 
@@ -588,7 +588,7 @@ def report(results: dict, runs: dict[str, list[Run]], jobs: list, heads: int, W:
         out.append(row(f"all {d['vectors']} vectors", heads, runs["core"]))
         fit = [(label, runs[label]) for group, label, _, _ in jobs if group == "fit"]
         if fit:
-            from qkdb.ingest.complement import MAX_FIT
+            from qkdb.ingest.metrics.complement import MAX_FIT
 
             out += ["", "all tables by --fit-rows (vectors per head for the complement and RoPE-plane statistics; medians):",
                     f"{'run':<34}{'wall s':>8}{'CPU s':>8}{'/floor':>8}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from qkdb.ingest.complement import MAX_FIT
+from qkdb.ingest.metrics.complement import MAX_FIT
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import sys
 
 
 def main() -> None:
-    from qkdb.ingest.workers import is_ingest, start_workers, wants_workers
+    from qkdb.ingest.engine.runtime import is_ingest, start_workers, wants_workers
 
     ingest = is_ingest(sys.argv[1:])
     if ingest:

@@ -20,14 +20,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from qkdb.errors import InputError, QkdbError, RegistryError
-from qkdb.ingest import registry
-from qkdb.ingest.complement import MAX_FIT
-from qkdb.ingest.engine import collage_heads, default_workers, plan_groups, run_groups
-from qkdb.ingest.layout import METADATA_FILE, VALUE_BOUND, discover, read_metadata
+from qkdb.ingest.sources import registry
+from qkdb.ingest.metrics.complement import MAX_FIT
+from qkdb.ingest.engine.pool import collage_heads, default_workers, plan_groups, run_groups
+from qkdb.ingest.sources.layout import METADATA_FILE, VALUE_BOUND, discover, read_metadata
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.registry import ModelSpec
-from qkdb.ingest.select import HeadSelection
-from qkdb.ingest.workers import start_workers
+from qkdb.ingest.sources.registry import ModelSpec
+from qkdb.ingest.sources.select import HeadSelection
+from qkdb.ingest.engine.runtime import start_workers
 from qkdb.warehouse import intervals, store
 from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.catalog import ensure_catalog, open_catalog, refresh_intervals
@@ -190,7 +190,7 @@ def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
 
 def _check_rope(options: IngestOptions, spec: ModelSpec) -> None:
     """Refuse an unusable RoPE scaling (the model's or a layer's) once, up front, rather than once per head."""
-    from qkdb.ingest.rope_planes import rope_frequencies
+    from qkdb.ingest.metrics.rope_planes import rope_frequencies
 
     if not options.complement or spec.rope == "none":
         return
@@ -363,7 +363,7 @@ def ingest(
         source = source or (metadata.get("source") if metadata.get("source") in ("simulate", "sniff") else "path")
         location, revision, commit = str(path.resolve()), None, None
     else:
-        from qkdb.ingest import hub
+        from qkdb.ingest.sources import hub
 
         hub_source = hub.open_source(
             repo, revision, spec, selection, endpoint=endpoint, cache_dir=cache_dir, token=token

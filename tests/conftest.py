@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from qkdb.ingest.layout import write_head
+from qkdb.ingest.sources.layout import write_head
 
 
 @pytest.fixture(autouse=True)

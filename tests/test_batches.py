@@ -119,7 +119,7 @@ def test_ingest_parent_never_imports_pandas(tmp_path):
     import subprocess
     import sys
 
-    from qkdb.ingest.simulate import simulate
+    from qkdb.ingest.capture.simulate import simulate
 
     data, home = simulate(tmp_path / "data", layers=2, q_heads=2, kv_heads=1, head_dim=16, vectors=300), tmp_path / "home"
     code = (

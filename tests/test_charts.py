@@ -24,7 +24,7 @@ from qkdb.charts.api import chart
 from qkdb.charts.data import ROW_LIMIT, parse_head
 from qkdb.cli.app import app
 from qkdb.errors import ChartError
-from qkdb.ingest.simulate import Ranges, simulate
+from qkdb.ingest.capture.simulate import Ranges, simulate
 
 STANDALONE = (("sim-a-1b", "FamA", 1, Ranges()), ("sim-b-2b", "FamB", 2, Ranges(alpha_k=(0.5e-3, 2e-3), slope_ratio=1.0)))
 SERIES = (

@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from qkdb.ingest.circular import circular_linear_r, coherence_on_grid, fit_frequency, position_quantum
-from qkdb.ingest.complement import (
+from qkdb.ingest.metrics.circular import circular_linear_r, coherence_on_grid, fit_frequency, position_quantum
+from qkdb.ingest.metrics.complement import (
     MAX_PAIRS,
     complement_pairs,
     lda_balanced_accuracy_2d,
     n_complement_pairs,
 )
-from qkdb.ingest.moments import moments
-from qkdb.ingest.pca import qk_accuracy
+from qkdb.ingest.metrics.moments import moments
+from qkdb.ingest.metrics.pca import qk_accuracy
 from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.schema import COMPLEMENT
 

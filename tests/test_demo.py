@@ -17,9 +17,9 @@ import pytest
 
 import qkdb
 from qkdb.cli.app import app
-from qkdb.ingest import sampling
-from qkdb.ingest.layout import discover, read_head, read_metadata
-from qkdb.ingest.sniff_sample import SAMPLE_FAMILY, SAMPLE_MODEL, sample_path
+from qkdb.ingest.capture import sampling
+from qkdb.ingest.sources.layout import discover, read_head, read_metadata
+from qkdb.ingest.capture.sniff_sample import SAMPLE_FAMILY, SAMPLE_MODEL, sample_path
 
 import qkdb.cli.demo  # noqa: F401,E402  (registers the command if the app does not yet)
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from qkdb.ingest.workers import is_ingest, scoped_env, wants_workers
+from qkdb.ingest.engine.runtime import is_ingest, scoped_env, wants_workers
 
 
 def _run(code: str) -> str:
@@ -17,7 +17,7 @@ def _run(code: str) -> str:
 def test_entry_point_imports_nothing_heavy():
     # The fork server's imports overlap the CLI's only if reaching the entry point is cheap.
     code = (
-        "import sys, qkdb.__main__, qkdb.ingest.workers\n"
+        "import sys, qkdb.__main__, qkdb.ingest.engine.runtime\n"
         "print(sorted(m for m in ('numpy', 'pyarrow', 'duckdb', 'typer', 'scipy') if m in sys.modules))"
     )
     assert _run(code) == "[]"
@@ -27,7 +27,7 @@ def test_cli_and_ingest_engine_leave_duckdb_and_pyarrow_compute_unimported():
     # ~0.1 s and ~0.06 s on the parent's way to the first head (and the fork server's): duckdb is
     # imported when the warehouse is opened, pyarrow.compute only for unusual files.
     code = (
-        "import sys, qkdb.cli, qkdb.api, qkdb.ingest.engine\n"
+        "import sys, qkdb.cli, qkdb.api, qkdb.ingest.engine.pool\n"
         "print([m for m in ('duckdb', 'pyarrow.compute') if m in sys.modules])"
     )
     assert _run(code) == "[]"
@@ -36,7 +36,7 @@ def test_cli_and_ingest_engine_leave_duckdb_and_pyarrow_compute_unimported():
 def test_ingest_is_the_function_whatever_is_imported_first():
     # `qkdb.ingest` is both the API function and the package of the ingest's modules.
     code = (
-        "import qkdb.ingest.layout, qkdb.ingest.engine, qkdb\n"
+        "import qkdb.ingest.sources.layout, qkdb.ingest.engine.pool, qkdb\n"
         "from qkdb import ingest\n"
         "print(callable(qkdb.ingest), qkdb.ingest is ingest, qkdb.ingest.__module__)"
     )
@@ -102,7 +102,7 @@ def test_cli_ingest_with_workers_end_to_end(tmp_path, entry):
     from pathlib import Path
 
     from qkdb.api import connect
-    from qkdb.ingest.simulate import simulate
+    from qkdb.ingest.capture.simulate import simulate
 
     data = simulate(tmp_path / "data", layers=2, q_heads=4, kv_heads=2, head_dim=16, vectors=400)
     script = Path(sys.executable).with_name("qkdb")
@@ -119,7 +119,7 @@ def test_cli_ingest_with_workers_end_to_end(tmp_path, entry):
 _CHURN = """
 import resource, sys
 import numpy as np
-from qkdb.ingest.workers import keep_freed_memory
+from qkdb.ingest.engine.runtime import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "tuned" else None
 def churn():
     # Like one head of the complement stage: several MiB-sized temporaries alive at once, then freed.
@@ -159,7 +159,7 @@ def probe():
     return os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), os.environ.get("QKDB_FORK_SERVER", "unset")
 
 if __name__ == "__main__":
-    from qkdb.ingest.engine import _pool
+    from qkdb.ingest.engine.pool import _pool
     with _pool(2) as pool:
         env, threads, mark = pool.submit(probe).result()
     print(env, threads, mark, os.environ.get("OPENBLAS_NUM_THREADS", "unset"), os.environ.get("QKDB_FORK_SERVER", "unset"))
@@ -184,7 +184,7 @@ import atexit, os, sys
 atexit.register(lambda: print("teardown ran", flush=True))  # registered first, so it would run last
 if sys.argv[1] == "marked":
     os.environ["QKDB_FORK_SERVER"] = "1"
-from qkdb.ingest import fork_server  # noqa: F401
+from qkdb.ingest.engine import fork_server  # noqa: F401
 print("mark", os.environ.get("QKDB_FORK_SERVER", "gone"), flush=True)
 """
 

@@ -14,9 +14,9 @@ from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.shell import Shell, _complete, duckdb_cli_command
 from qkdb.errors import WarehouseError
-from qkdb.ingest import circular as ingest_circular
-from qkdb.ingest.layout import read_metadata, write_metadata
-from qkdb.ingest.simulate import HeadParams, simulate
+from qkdb.ingest.metrics import circular as ingest_circular
+from qkdb.ingest.sources.layout import read_metadata, write_metadata
+from qkdb.ingest.capture.simulate import HeadParams, simulate
 from qkdb.warehouse import intervals
 from qkdb.warehouse.views import load_view_files
 

@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 
 from hub_server import FakeHub
 from qkdb.errors import HubError
-from qkdb.ingest import hub as hubmod
-from qkdb.ingest.engine import plan_groups
-from qkdb.ingest.layout import discover
-from qkdb.ingest.registry import lookup
-from qkdb.ingest.select import HeadSelection
-from qkdb.ingest.simulate import simulate
+from qkdb.ingest.sources import hub as hubmod
+from qkdb.ingest.engine.pool import plan_groups
+from qkdb.ingest.sources.layout import discover
+from qkdb.ingest.sources.registry import lookup
+from qkdb.ingest.sources.select import HeadSelection
+from qkdb.ingest.capture.simulate import simulate
 
 REPO = "viktoroo/sniffed-qk"
 PREFIX = "data/attention-plasticity"
@@ -354,9 +354,9 @@ def test_offline_environment_variable_in_a_fresh_process(fake, cache, tmp_path):
     script = tmp_path / "offline.py"
     script.write_text(
         "import sys\n"
-        "from qkdb.ingest import hub\n"
-        "from qkdb.ingest.registry import lookup\n"
-        "from qkdb.ingest.select import HeadSelection\n"
+        "from qkdb.ingest.sources import hub\n"
+        "from qkdb.ingest.sources.registry import lookup\n"
+        "from qkdb.ingest.sources.select import HeadSelection\n"
         "src = hub.open_source(None, None, lookup('llama3.2-1b'), HeadSelection.parse('l02h21'),\n"
         "                      endpoint=sys.argv[1], cache_dir=sys.argv[2], token=False)\n"
         "print(src.commit, len(list(src.groups())))\n"
@@ -575,7 +575,7 @@ def test_cli_ingest_all_takes_every_registry_model_on_the_hub(fake, tmp_path):
 
 
 def test_cli_ingest_series_reports_each_failure_and_goes_on(fake, datasets, tmp_path):
-    from qkdb.ingest.registry import series_models
+    from qkdb.ingest.sources.registry import series_models
 
     checkpoints = series_models("smollm3-3b")  # 16 query / 4 KV heads: key head = h // 4, as for Llama
     for spec in checkpoints[:2]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qkdb.ingest import moments as moments_mod
-from qkdb.ingest.moments import moments, pool, proj_var, top_eigenpairs
-from qkdb.ingest.rotation import _quad_inverse_cholesky, planar_rotation, residual_position_r
+from qkdb.ingest.metrics import moments as moments_mod
+from qkdb.ingest.metrics.moments import moments, pool, proj_var, top_eigenpairs
+from qkdb.ingest.metrics.rotation import _quad_inverse_cholesky, planar_rotation, residual_position_r
 
 
 def _direct(X, t):

@@ -24,9 +24,10 @@ import pytest
 import qkdb
 from qkdb.cli.app import app
 from qkdb.errors import InputError, RegistryError
-from qkdb.ingest import layout
-from qkdb.ingest.layout import VALUE_BOUND, read_head, write_head, write_metadata
-from qkdb.ingest.vector_pages import read_fixed_size_vectors
+from qkdb.ingest.capture.sniff_sample import sample_path
+from qkdb.ingest.sources import layout
+from qkdb.ingest.sources.layout import VALUE_BOUND, read_head, write_head, write_metadata
+from qkdb.ingest.sources.vector_pages import read_fixed_size_vectors
 
 from conftest import planted_head
 
@@ -342,14 +343,14 @@ def test_the_bound_is_inclusive_and_far_above_the_real_sample(tmp_path, home):
     X[0, 0], X[1, 1] = VALUE_BOUND, -VALUE_BOUND
     _rewrite(path, X)
     assert qkdb.ingest(ds, "toy", workers=1, **API_FACTS).heads_done == 8
-    sample = Path(layout.__file__).parent / "sample" / "smollm2-135m"
-    peak = max(float(np.abs(read_head(f).vectors).max()) for f in sorted(sample.glob("*/data.parquet")))
+    with sample_path() as sample:
+        peak = max(float(np.abs(read_head(f).vectors).max()) for f in sorted(sample.glob("*/data.parquet")))
     assert 1 < peak < VALUE_BOUND / 1000
 
 
 def test_clean_files_are_proven_clean_without_a_row_by_row_test(tmp_path, monkeypatch):
     # The cheap path: finite column sums and the moments' bound; the exact test never runs.
-    from qkdb.ingest import head
+    from qkdb.ingest.engine import head
     from qkdb.ingest.options import IngestOptions
 
     ds = _dataset(tmp_path / "ds")

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from qkdb.errors import InputError
-from qkdb.ingest.engine import plan_groups
-from qkdb.ingest.layout import discover, read_head, screen_values, write_head
-from qkdb.ingest.select import HeadSelection
+from qkdb.ingest.engine.pool import plan_groups
+from qkdb.ingest.sources.layout import discover, read_head, screen_values, write_head
+from qkdb.ingest.sources.select import HeadSelection
 
 
 def _write(path, table):
@@ -167,7 +167,7 @@ def test_head_selection_syntax():
 
 
 def test_numpy_view_of_arrow_values_honours_offsets_and_nulls():
-    from qkdb.ingest.layout import _numpy
+    from qkdb.ingest.sources.layout import _numpy
 
     arr = pa.array(np.arange(10, dtype=np.int32)).slice(3, 4)  # a non-zero offset
     np.testing.assert_array_equal(_numpy(arr), [3, 4, 5, 6])
@@ -185,7 +185,7 @@ def test_reading_a_head_does_not_import_pandas(tmp_path):
     rng = np.random.default_rng(0)
     write_head(tmp_path, 0, 0, "q", rng.normal(size=(64, 8)), np.arange(64), example_id=np.arange(64) % 3)
     code = (
-        "import sys; from qkdb.ingest.layout import read_head; "
+        "import sys; from qkdb.ingest.sources.layout import read_head; "
         f"d = read_head({str(tmp_path / 'l00h00q' / 'data.parquet')!r}); "
         "assert d.example_id is not None and len(d.positions) == 64; "
         "print('pandas' in sys.modules)"

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from qkdb.ingest.head import HeadContext, KindData, compute_head, prepare
-from qkdb.ingest.layout import HeadData
-from qkdb.ingest.moments import moments
+from qkdb.ingest.engine.head import HeadContext, KindData, compute_head, prepare
+from qkdb.ingest.sources.layout import HeadData
+from qkdb.ingest.metrics.moments import moments
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.pca import combined_pca
-from qkdb.ingest.rotation import planar_rotation
+from qkdb.ingest.metrics.pca import combined_pca
+from qkdb.ingest.metrics.rotation import planar_rotation
 from qkdb.warehouse.schema import HEADS, PCA, ROTATION
 
 OPTIONS = IngestOptions(min_vectors=2)

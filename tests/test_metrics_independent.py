@@ -9,9 +9,9 @@ from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import balanced_accuracy_score
 
-from qkdb.ingest.moments import moments, pool
-from qkdb.ingest.pca import SIGN_FALLBACK, combined_pca, qk_accuracy
-from qkdb.ingest.rotation import planar_rotation
+from qkdb.ingest.metrics.moments import moments, pool
+from qkdb.ingest.metrics.pca import SIGN_FALLBACK, combined_pca, qk_accuracy
+from qkdb.ingest.metrics.rotation import planar_rotation
 
 TOL = 1e-6
 

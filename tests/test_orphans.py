@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qkdb.ingest.workers import die_with_parent
+from qkdb.ingest.engine.runtime import die_with_parent
 from qkdb.warehouse import store
 
 from conftest import make_dataset
@@ -137,7 +137,7 @@ def test_ctrl_c_stops_the_ingest_alone_and_quietly(tmp_path):
 
 _CHILD = """
 import os, sys, time
-from qkdb.ingest.workers import die_with_parent
+from qkdb.ingest.engine.runtime import die_with_parent
 armed = die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
 print(armed, flush=True)
 time.sleep(60)

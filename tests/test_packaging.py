@@ -24,8 +24,8 @@ def test_wheel_holds_only_the_qkdb_package(tmp_path):
     assert top == {"qkdb", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for required in (
         "qkdb/cli/app.py",
-        "qkdb/ingest/layout.py",
-        "qkdb/ingest/models.csv",
+        "qkdb/ingest/sources/layout.py",
+        "qkdb/ingest/sources/models.csv",
         "qkdb/warehouse/catalog.py",
         "qkdb/charts/__init__.py",
         "qkdb/sql/head_metrics.sql",

@@ -1,4 +1,4 @@
-"""The significance test behind complement.active and rope_planes.rotating (ingest/circular.py).
+"""The significance test behind complement.active and rope_planes.rotating (ingest/metrics/circular.py).
 
 Checked against an independent computation (the permutation covariance written out term by term,
 a Monte Carlo permutation distribution, scipy's χ² and Γ), against its calibration under H0 with
@@ -16,7 +16,7 @@ from scipy import special, stats
 from test_views import build_tables, make_connection
 
 from qkdb import api
-from qkdb.ingest.circular import (
+from qkdb.ingest.metrics.circular import (
     PLANE_ALPHA,
     best_on_grid,
     chi2_sf_even,
@@ -28,9 +28,9 @@ from qkdb.ingest.circular import (
     phasors,
     search_p_value,
 )
-from qkdb.ingest.complement import complement_pairs
-from qkdb.ingest.rope_planes import rope_frequencies, rope_planes
-from qkdb.ingest.simulate import Ranges, draw_key_params, draw_query_params, simulate, simulate_head
+from qkdb.ingest.metrics.complement import complement_pairs
+from qkdb.ingest.metrics.rope_planes import rope_frequencies, rope_planes
+from qkdb.ingest.capture.simulate import Ranges, draw_key_params, draw_query_params, simulate, simulate_head
 
 
 def blob(rng: np.random.Generator, n: int, m: int, offset: complex = 0.0, elongation: float = 3.0) -> np.ndarray:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import qkdb
-from qkdb.ingest.layout import read_head
-from qkdb.ingest.moments import moments
-from qkdb.ingest.rotation import planar_rotation
-from qkdb.ingest.simulate import HeadParams, simulate
+from qkdb.ingest.sources.layout import read_head
+from qkdb.ingest.metrics.moments import moments
+from qkdb.ingest.metrics.rotation import planar_rotation
+from qkdb.ingest.capture.simulate import HeadParams, simulate
 
 OVERRIDES = {
     (0, 0): HeadParams(mu_q_a=5.0, alpha_q=2e-3, alpha_k=4e-3, sep=30.0),  # recency bias, ratio 2

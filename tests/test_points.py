@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from qkdb.ingest.complement import complement_pairs
-from qkdb.ingest.head import HeadContext, KindData, compute_head
-from qkdb.ingest.layout import HeadData
-from qkdb.ingest.moments import moments, pool
+from qkdb.ingest.metrics.complement import complement_pairs
+from qkdb.ingest.engine.head import HeadContext, KindData, compute_head
+from qkdb.ingest.sources.layout import HeadData
+from qkdb.ingest.metrics.moments import moments, pool
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.pca import combined_pca
-from qkdb.ingest.points import N_SCORES, sample_indices, sample_points
-from qkdb.ingest.rotation import planar_rotation
-from qkdb.ingest.simulate import HeadParams, simulate_head
+from qkdb.ingest.metrics.pca import combined_pca
+from qkdb.ingest.metrics.points import N_SCORES, sample_indices, sample_points
+from qkdb.ingest.metrics.rotation import planar_rotation
+from qkdb.ingest.capture.simulate import HeadParams, simulate_head
 from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.schema import POINTS
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkdb.errors import InputError
-from qkdb.ingest.layout import VALUE_BOUND, read_head, screen_values
+from qkdb.ingest.sources.layout import VALUE_BOUND, read_head, screen_values
 
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.just(0.5))
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from qkdb.errors import InputError
-from qkdb.ingest.circular import phasors
-from qkdb.ingest.rope_planes import (
+from qkdb.ingest.metrics.circular import phasors
+from qkdb.ingest.metrics.rope_planes import (
     plane_coordinates,
     rope_frequencies,
     rope_planes,

@@ -13,8 +13,8 @@ import pytest
 import qkdb.cli.simulate  # noqa: F401  (registers the command on the app)
 from qkdb.cli.app import app
 from qkdb.errors import QkdbError
-from qkdb.ingest.layout import discover, read_head, read_metadata
-from qkdb.ingest.simulate import (
+from qkdb.ingest.sources.layout import discover, read_head, read_metadata
+from qkdb.ingest.capture.simulate import (
     KEY_FIELDS,
     HeadParams,
     Ranges,

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from qkdb.errors import SniffError
-from qkdb.ingest import sampling, texts
-from qkdb.ingest.layout import discover, read_head, read_metadata
+from qkdb.ingest.capture import sampling
+from qkdb.ingest.capture import texts
+from qkdb.ingest.sources.layout import discover, read_head, read_metadata
 
 # --------------------------------------------------------------------------- sampling policy (no torch)
 
@@ -119,7 +120,7 @@ def test_text_sources(tmp_path):
 
 
 def test_missing_extra_is_one_clear_error(tmp_path, monkeypatch):
-    from qkdb.ingest.sniff import SniffOptions, sniff
+    from qkdb.ingest.capture.sniff import SniffOptions, sniff
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
@@ -129,7 +130,7 @@ def test_missing_extra_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def test_options_and_inputs_are_checked_before_loading(tmp_path):
-    from qkdb.ingest.sniff import SniffOptions
+    from qkdb.ingest.capture.sniff import SniffOptions
 
     model = tmp_path / "model"
     model.mkdir()
@@ -196,7 +197,7 @@ def tiny_model(tmp_path_factory, corpus):
 
 
 def _sniff(tiny_model, out, **kw):
-    from qkdb.ingest.sniff import SniffOptions, sniff
+    from qkdb.ingest.capture.sniff import SniffOptions, sniff
 
     folder, corpus = tiny_model
     opts = dict(

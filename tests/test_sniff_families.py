@@ -22,8 +22,8 @@ pytest.importorskip("transformers")
 import tiny_models as tm  # noqa: E402
 
 from qkdb.errors import SniffError  # noqa: E402
-from qkdb.ingest import texts  # noqa: E402
-from qkdb.ingest.layout import discover, read_head, read_metadata  # noqa: E402
+from qkdb.ingest.capture import texts  # noqa: E402
+from qkdb.ingest.sources.layout import discover, read_head, read_metadata  # noqa: E402
 
 N_TEXTS, MAX_LENGTH, PER_FILE = 2, 64, 40
 
@@ -66,7 +66,7 @@ def references(model_of, corpus):
 
 
 def _sniff(folder, corpus, out, **kw):
-    from qkdb.ingest.sniff import SniffOptions, sniff
+    from qkdb.ingest.capture.sniff import SniffOptions, sniff
 
     opts = dict(out=out, model_path=folder, text=str(corpus), n_texts=N_TEXTS, max_length=MAX_LENGTH, q_heads=None,
                 vectors_per_head=PER_FILE, min_bucket_size=16, seed=3)
@@ -285,7 +285,7 @@ def test_per_layer_rope_and_position_scaling_reach_the_warehouse(model_of, corpu
 def test_registry_ministral3_records_the_hub_captures_query_scale():
     from qkdb.api import spec_notes
     from qkdb.ingest.options import IngestOptions
-    from qkdb.ingest.registry import find
+    from qkdb.ingest.sources.registry import find
 
     spec = find("ministral3-3b")
     (entry,) = json.loads(spec.position_scaling)

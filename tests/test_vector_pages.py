@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkdb.errors import InputError
-from qkdb.ingest import layout
-from qkdb.ingest.layout import read_head, screen_values
-from qkdb.ingest.vector_pages import read_fixed_size_vectors
+from qkdb.ingest.sources import layout
+from qkdb.ingest.sources.layout import read_head, screen_values
+from qkdb.ingest.sources.vector_pages import read_fixed_size_vectors
 
 
 def _table(X: np.ndarray, positions=None) -> pa.Table:

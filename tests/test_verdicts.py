@@ -15,7 +15,7 @@ from test_views import _table, make_connection
 
 from qkdb import api
 from qkdb.cli.app import app
-from qkdb.ingest.simulate import Ranges, draw_key_params, draw_query_params, simulate
+from qkdb.ingest.capture.simulate import Ranges, draw_key_params, draw_query_params, simulate
 from qkdb.warehouse import intervals
 
 

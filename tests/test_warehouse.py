@@ -129,10 +129,10 @@ def test_workers_give_the_same_numbers(dataset, home, tmp_path):
 def test_run_groups_submits_at_once_and_closing_it_stops_the_pool(dataset, monkeypatch):
     from concurrent.futures import ProcessPoolExecutor
 
-    from qkdb.ingest.engine import plan_groups, run_groups
-    from qkdb.ingest.layout import discover
+    from qkdb.ingest.engine.pool import plan_groups, run_groups
+    from qkdb.ingest.sources.layout import discover
     from qkdb.ingest.options import IngestOptions
-    from qkdb.ingest.registry import ModelSpec
+    from qkdb.ingest.sources.registry import ModelSpec
 
     calls = []
     for name in ("submit", "shutdown"):
@@ -209,7 +209,7 @@ def test_unusable_rope_scaling_is_refused_before_any_work(dataset, home):
 
 
 def _rewrite(path, vectors, positions):
-    from qkdb.ingest.layout import write_head
+    from qkdb.ingest.sources.layout import write_head
 
     folder = path.parent
     layer, head, kind = int(folder.name[1:3]), int(folder.name[4:6]), folder.name[6]
@@ -217,7 +217,7 @@ def _rewrite(path, vectors, positions):
 
 
 def test_non_finite_rows_are_refused_or_dropped_and_counted(dataset, home):
-    from qkdb.ingest.layout import read_head
+    from qkdb.ingest.sources.layout import read_head
 
     path = dataset / "l00h01q" / "data.parquet"
     data = read_head(path)
@@ -241,7 +241,7 @@ def test_non_finite_rows_are_refused_or_dropped_and_counted(dataset, home):
 
 
 def test_too_few_vectors_and_constant_positions_are_named(dataset, home):
-    from qkdb.ingest.layout import read_head
+    from qkdb.ingest.sources.layout import read_head
 
     path = dataset / "l01h00q" / "data.parquet"
     data = read_head(path)
@@ -283,7 +283,7 @@ def test_empty_dataset_and_stray_folders(tmp_path, home):
 
 
 def test_head_dim_differing_between_query_and_key_is_named(dataset, home):
-    from qkdb.ingest.layout import read_head
+    from qkdb.ingest.sources.layout import read_head
 
     path = dataset / "l00h00k" / "data.parquet"
     data = read_head(path)

@@ -9,7 +9,7 @@ norm shows.
 The recomputation (:func:`reference`) shares nothing with the capture but the model's weights and
 its eager attention: it loads the model with ``attn_implementation="eager"``, catches each layer's
 attention input, and in float64 numpy applies the projection, the q/k RMS norm, RoPE with
-frequencies from :func:`qkdb.ingest.rope_planes.rope_frequencies` (checked against the model's own
+frequencies from :func:`qkdb.ingest.metrics.rope_planes.rope_frequencies` (checked against the model's own
 ``inv_freq``, so the ingest's RoPE planes use the model's frequencies too) and the llama-4 query
 scale, written out from its definition.
 """
@@ -20,8 +20,8 @@ import shutil
 
 import numpy as np
 
-from qkdb.ingest import texts
-from qkdb.ingest.rope_planes import rope_frequencies
+from qkdb.ingest.capture import texts
+from qkdb.ingest.metrics.rope_planes import rope_frequencies
 
 N_LAYERS, N_Q, N_KV, HEAD_DIM, HIDDEN = 3, 4, 2, 8, 32
 THETA = 5000.0

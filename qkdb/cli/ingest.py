@@ -12,9 +12,9 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
 from qkdb.errors import InputError, QkdbError
-from qkdb.ingest import registry
-from qkdb.ingest.complement import MAX_FIT
-from qkdb.ingest.workers import keep_freed_memory
+from qkdb.ingest.sources import registry
+from qkdb.ingest.metrics.complement import MAX_FIT
+from qkdb.ingest.engine.runtime import keep_freed_memory
 
 
 def _parse_fit_rows(text: str) -> int | None:
@@ -30,7 +30,7 @@ def _parse_fit_rows(text: str) -> int | None:
 
 
 def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
-    from qkdb.ingest.select import HeadSelection
+    from qkdb.ingest.sources.select import HeadSelection
 
     if not text:
         return ()
@@ -116,7 +116,7 @@ def _models_to_ingest(model, path, series, all_models, repo, cache_dir) -> list:
             raise InputError("--series and --all ingest from the Hub; use --model with --path")
         if series:
             return [s.model for s in registry.series_models(series)]
-        from qkdb.ingest import hub
+        from qkdb.ingest.sources import hub
 
         branches, _ = hub.list_branches(repo or hub.DEFAULT_REPO, cache_dir=cache_dir)
         return hub.models_on_hub(branches)

@@ -12,8 +12,8 @@ Frequencies are ``ω_j = rope_theta^(−2j/d)``, rescaled as the model's ``rope_
 
 ``rotating`` is a definition and a significance test: the plane makes at least one turn over the
 positions (a slower drift is not rotation), and its phase depends on position (H0: independent;
-:func:`~qkdb.ingest.circular.phase_statistic` at ω_j on drift-free phasors, Holm-adjusted over the
-head's planes that turn at least once, below :data:`~qkdb.ingest.circular.PLANE_ALPHA`).
+:func:`~qkdb.ingest.metrics.circular.phase_statistic` at ω_j on drift-free phasors, Holm-adjusted over the
+head's planes that turn at least once, below :data:`~qkdb.ingest.metrics.circular.PLANE_ALPHA`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from qkdb.errors import InputError
-from qkdb.ingest.circular import (
+from qkdb.ingest.metrics.circular import (
     PLANE_ALPHA,
     combine_kinds,
     fit_frequency,
@@ -35,7 +35,7 @@ from qkdb.ingest.circular import (
     position_quantum,
     search_p_value,
 )
-from qkdb.ingest.complement import MAX_FIT, fit_subsample
+from qkdb.ingest.metrics.complement import MAX_FIT, fit_subsample
 
 PAIRINGS = ("half", "interleaved")
 ROTATING_MIN_TURNS = 1.0  # a definition: less than a turn over the data is a drift, not a rotation
@@ -194,7 +194,7 @@ def rope_planes(
     dict
         The columns of :data:`COLUMNS`, one entry per plane. For planes with ``turns ≥ 1``
         (NaN for the others, which are not tested): ``statistic`` is ``T_q + T_k`` at ω_j on the
-        drift-free phasors (:func:`_drift_free_phasors`, :func:`~qkdb.ingest.circular.phase_statistic`),
+        drift-free phasors (:func:`_drift_free_phasors`, :func:`~qkdb.ingest.metrics.circular.phase_statistic`),
         ``p_value`` its χ²₄ p-value (times Davies' bound for the search when ω_j is fitted) and
         ``p_adjusted`` Holm's over those planes; ``rotating`` is ``p_adjusted < PLANE_ALPHA``.
     """

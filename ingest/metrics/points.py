@@ -61,7 +61,7 @@ def sample_points(
     rng : numpy.random.Generator
         Draws the sample: the query indices first, then the key indices.
     complement_scores_fn : callable, optional
-        ``X → (m, 2·pairs)`` complement scores (from :func:`~qkdb.ingest.complement.complement_pairs`);
+        ``X → (m, 2·pairs)`` complement scores (from :func:`~qkdb.ingest.metrics.complement.complement_pairs`);
         fills ``c0 …``; columns it does not fill are left out (stored as NULL). None leaves them all out.
     """
     Q = np.asarray(Q, dtype=np.float64)

@@ -15,7 +15,7 @@ import atexit
 import os
 import signal
 
-from qkdb.ingest.workers import FORK_SERVER_MARK, die_with_parent
+from qkdb.ingest.engine.runtime import FORK_SERVER_MARK, die_with_parent
 
 # Only in the process `start_workers` started (the mark is in its environment alone), and never
 # in the workers forked from it later (the mark is gone by then): they exit on their own terms.
@@ -31,7 +31,7 @@ def bind_worker() -> None:
     """Tie a pool worker's life to its fork server's, and the server's to the ingest's.
 
     Call it first in the worker's initializer. Does nothing unless this process was forked by
-    the server :func:`qkdb.ingest.workers.start_workers` started (elsewhere there is no such
+    the server :func:`qkdb.ingest.engine.runtime.start_workers` started (elsewhere there is no such
     server, or it is someone else's).
 
     Notes

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qkdb.errors import InputError
-from qkdb.ingest.layout import HeadData, screen_values, within_bound
-from qkdb.ingest.complement import complement_pairs
-from qkdb.ingest.moments import Moments, moments, pool, t_is_constant
+from qkdb.ingest.sources.layout import HeadData, screen_values, within_bound
+from qkdb.ingest.metrics.complement import complement_pairs
+from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.pca import combined_pca, qk_accuracy
-from qkdb.ingest.points import sample_points
-from qkdb.ingest.rope_planes import rope_planes, strongest_plane
-from qkdb.ingest.rotation import planar_rotation
+from qkdb.ingest.metrics.pca import combined_pca, qk_accuracy
+from qkdb.ingest.metrics.points import sample_points
+from qkdb.ingest.metrics.rope_planes import rope_planes, strongest_plane
+from qkdb.ingest.metrics.rotation import planar_rotation
 
 
 @dataclass

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from threadpoolctl import threadpool_limits
 
 from qkdb.errors import InputError, QkdbError
-from qkdb.ingest.head import HeadContext, HeadRows, compute_head, prepare
-from qkdb.ingest.layout import Discovery, HeadFile, head_dir_name, read_head
+from qkdb.ingest.engine.head import HeadContext, HeadRows, compute_head, prepare
+from qkdb.ingest.sources.layout import Discovery, HeadFile, head_dir_name, read_head
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.registry import ModelSpec
-from qkdb.ingest.select import HeadSelection
-from qkdb.ingest.workers import keep_freed_memory, mp_context, start_workers
+from qkdb.ingest.sources.registry import ModelSpec
+from qkdb.ingest.sources.select import HeadSelection
+from qkdb.ingest.engine.runtime import keep_freed_memory, mp_context, start_workers
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def process_group(
 def _init_worker() -> None:
     # First, so that a worker forked as the ingest dies does not linger. (Imported here: the
     # module belongs in the fork server and its workers, not in the ingest's own process.)
-    from qkdb.ingest.fork_server import bind_worker
+    from qkdb.ingest.engine.fork_server import bind_worker
 
     bind_worker()
     # Worker processes share the cores: one BLAS thread each avoids oversubscription. scipy is

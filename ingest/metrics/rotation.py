@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkdb.ingest.moments import Moments, corr_along, pool, proj_var, t_is_constant, top_eigenpairs
+from qkdb.ingest.metrics.moments import Moments, corr_along, pool, proj_var, t_is_constant, top_eigenpairs
 
 B_METHODS = ("eig", "mean_diff")
 

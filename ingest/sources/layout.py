@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from qkdb.errors import InputError
-from qkdb.ingest.vector_pages import read_fixed_size_vectors
+from qkdb.ingest.sources.vector_pages import read_fixed_size_vectors
 
 HEAD_DIR = re.compile(r"^l(\d{2,3})h(\d{2,3})([qk])$")
 DATA_FILE = "data.parquet"
@@ -221,7 +221,7 @@ def read_head(path: str | os.PathLike) -> HeadData:
     Accepts FixedSizeList or list vectors of float16/32/64. Rows whose vector or position is
     null are dropped and counted in ``n_dropped``; values are not judged here (see
     :func:`screen_values`). A null-free FixedSizeList float32/float64 column (what sniffers write)
-    is read straight from its pages into float64 (:mod:`qkdb.ingest.vector_pages`); every other
+    is read straight from its pages into float64 (:mod:`qkdb.ingest.sources.vector_pages`); every other
     column goes through pyarrow's reader. Both paths end in the same arrays and the same column
     sums, so whatever judges the values treats them alike.
     """

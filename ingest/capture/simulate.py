@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from qkdb.errors import QkdbError
-from qkdb.ingest.layout import HEAD_DIR, METADATA_FILE, write_head, write_metadata
+from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, write_head, write_metadata
 
 PLANTED_FILE = "planted.json"
 PLANTED_FORMAT = "qkdb-planted/1"

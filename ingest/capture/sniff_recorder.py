@@ -145,7 +145,7 @@ class Recorder:
     torch, sdpa
         The torch module and transformers' ``sdpa_attention_forward`` everything is handed on to.
     plan
-        :class:`qkdb.ingest.sniff.CapturePlan`: the head files, their positions per text, and the
+        :class:`qkdb.ingest.capture.sniff.CapturePlan`: the head files, their positions per text, and the
         arrays the rows go into.
     nope_layers : set of int
         Layers that apply no RoPE (the config's), checked against what the layer does.

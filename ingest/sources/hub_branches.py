@@ -9,9 +9,9 @@ from pathlib import Path
 from huggingface_hub import HfApi, constants
 
 from qkdb.errors import HubError
-from qkdb.ingest.hub_cache import storage_folder
-from qkdb.ingest.hub_errors import REPO_TYPE, offline_now, translate, where
-from qkdb.ingest.registry import load_registry
+from qkdb.ingest.sources.hub_cache import storage_folder
+from qkdb.ingest.sources.hub_errors import REPO_TYPE, offline_now, translate, where
+from qkdb.ingest.sources.registry import load_registry
 
 DEFAULT_REPO = "viktoroo/sniffed-qk"
 

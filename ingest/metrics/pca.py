@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkdb.ingest.moments import Moments, corr_along, pool, proj_var, top_eigenpairs
+from qkdb.ingest.metrics.moments import Moments, corr_along, pool, proj_var, top_eigenpairs
 
 SIGN_FALLBACK = 0.05  # below this |r_q| the sign of r_k anchors the component (seed 003)
 

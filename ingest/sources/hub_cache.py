@@ -15,7 +15,7 @@ from huggingface_hub.errors import CachedRepoTreeNotFoundError
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 
-from qkdb.ingest.hub_errors import REPO_TYPE
+from qkdb.ingest.sources.hub_errors import REPO_TYPE
 
 
 def storage_folder(repo: str, cache_dir: Path) -> Path:

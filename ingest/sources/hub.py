@@ -5,7 +5,7 @@ The seeds' data lives in the dataset repo ``viktoroo/sniffed-qk``, one git branc
 commit sha, picks the ``l..h..{q,k}/data.parquet`` files the requested query heads need (plus their
 GQA key heads), and :meth:`HubSource.groups` downloads them in parallel into the Hugging Face cache
 (shared with the user's other HF tools, honouring their token and ``HF_HUB_OFFLINE``), yielding each
-:class:`~qkdb.ingest.engine.HeadGroup` as soon as its files are local so that download and compute
+:class:`~qkdb.ingest.engine.pool.HeadGroup` as soon as its files are local so that download and compute
 overlap.
 
 Every failure is a :class:`~qkdb.errors.HubError` whose one-line message names the repo, the
@@ -36,13 +36,13 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import RepoFile
 
 from qkdb.errors import HubError, InputError
-from qkdb.ingest.engine import HeadGroup, plan_groups
-from qkdb.ingest.hub_branches import DEFAULT_REPO, Branch, list_branches, models_on_hub, registry_branches
-from qkdb.ingest.hub_cache import cached_listing, save_listing, storage_folder
-from qkdb.ingest.hub_errors import REPO_TYPE, offline_now, revision_not_found, translate, where
-from qkdb.ingest.layout import DATA_FILE, HEAD_DIR, Discovery, HeadFile, head_dir_name
-from qkdb.ingest.registry import ModelSpec
-from qkdb.ingest.select import HeadSelection
+from qkdb.ingest.engine.pool import HeadGroup, plan_groups
+from qkdb.ingest.sources.hub_branches import DEFAULT_REPO, Branch, list_branches, models_on_hub, registry_branches
+from qkdb.ingest.sources.hub_cache import cached_listing, save_listing, storage_folder
+from qkdb.ingest.sources.hub_errors import REPO_TYPE, offline_now, revision_not_found, translate, where
+from qkdb.ingest.sources.layout import DATA_FILE, HEAD_DIR, Discovery, HeadFile, head_dir_name
+from qkdb.ingest.sources.registry import ModelSpec
+from qkdb.ingest.sources.select import HeadSelection
 
 __all__ = [
     "DEFAULT_REPO", "Branch", "HubSource", "list_branches", "list_files", "models_on_hub", "open_source",
@@ -55,7 +55,7 @@ BytesProgress = Callable[[int], None]
 def remote_discovery(paths: list[str], label: str) -> Discovery:
     """Head files among repo paths, as a :class:`Discovery` whose ``HeadFile.path`` are repo paths.
 
-    Same rules as :func:`qkdb.ingest.layout.discover`: head folders at any depth, hidden folders
+    Same rules as :func:`qkdb.ingest.sources.layout.discover`: head folders at any depth, hidden folders
     skipped, a head that appears under two prefixes is an error.
     """
     found = Discovery(root=Path(label))

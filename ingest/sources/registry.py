@@ -181,7 +181,7 @@ def _row_to_spec(row: dict[str, str]) -> ModelSpec:
 @lru_cache(maxsize=1)
 def load_registry() -> tuple[ModelSpec, ...]:
     """Every model of the shipped registry, in file order."""
-    text = resources.files("qkdb.ingest").joinpath("models.csv").read_text()
+    text = resources.files("qkdb.ingest.sources").joinpath("models.csv").read_text()
     return tuple(_row_to_spec(r) for r in csv.DictReader(io.StringIO(text)))
 
 

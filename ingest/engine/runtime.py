@@ -18,7 +18,7 @@ from contextlib import contextmanager
 # What every worker needs, imported once by the fork server instead of once per worker (~1 s of
 # CPU each). "__main__" too: otherwise each worker re-runs the main script's imports.
 # `fork_server` makes the server's own exit quick (see there).
-PRELOAD = ["__main__", "qkdb.ingest.fork_server", "qkdb.ingest.engine", "scipy.linalg"]
+PRELOAD = ["__main__", "qkdb.ingest.engine.fork_server", "qkdb.ingest.engine.pool", "scipy.linalg"]
 
 # Set in the fork server's environment only: `fork_server` acts on it there, and removes it.
 FORK_SERVER_MARK = "QKDB_FORK_SERVER"

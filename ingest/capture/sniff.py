@@ -4,7 +4,7 @@ How the vectors are caught
 --------------------------
 transformers routes every attention layer of its modern models through a function looked up
 by name in ``transformers.AttentionInterface``. We register one more name whose function
-(:class:`qkdb.ingest.sniff_recorder.Recorder`) receives ``query`` (batch, heads, seq, head_dim) and
+(:class:`qkdb.ingest.capture.sniff_recorder.Recorder`) receives ``query`` (batch, heads, seq, head_dim) and
 ``key`` (batch, kv_heads, seq, head_dim) exactly as the model computed them, copies the sampled
 rows, and hands everything on to transformers' own ``sdpa_attention_forward``. The model files are
 not patched, so any causal LM that transformers loads (a local Hugging Face folder or a GGUF file)
@@ -20,7 +20,7 @@ query scale) are divided out by default and recorded in ``position_scaling``; an
 makes a row differ stops the capture with an error naming the layer. ``pre_rope=True`` stores the
 rows before the rotation, undone with the layer's own cos/sin.
 
-What is kept (see :mod:`qkdb.ingest.sampling` for the policy): a seeded sample of query heads
+What is kept (see :mod:`qkdb.ingest.capture.sampling` for the policy): a seeded sample of query heads
 across layers, the KV heads they read, and per text a seeded sample of positions per head file.
 All positions are drawn before the model loads, so texts that are too short are reported before
 any forward pass; the rows go into arrays allocated once, so memory is bounded by
@@ -46,10 +46,12 @@ from pathlib import Path
 import numpy as np
 
 from qkdb.errors import SniffError
-from qkdb.ingest import registry, sampling, texts
-from qkdb.ingest.layout import HEAD_DIR, METADATA_FILE, head_dir_name, write_head, write_metadata
+from qkdb.ingest.sources import registry
+from qkdb.ingest.capture import sampling
+from qkdb.ingest.capture import texts
+from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, head_dir_name, write_head, write_metadata
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.sniff_recorder import PositionScaling, Recorder, StopForward, check_summary
+from qkdb.ingest.capture.sniff_recorder import PositionScaling, Recorder, StopForward, check_summary
 
 ATTENTION_NAME = "qkdb_capture"
 INSTALL_HINT = "pip install 'qkdb[sniff]'"

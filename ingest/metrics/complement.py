@@ -10,9 +10,9 @@ Per-vector statistics (angle_r, ring, omega, the test, qk_accuracy) are computed
 subsample of at most ``max_fit`` pooled rows, split between Q and K in proportion; var_frac is exact.
 
 ``active`` is a significance test, not a threshold: H0 says a pair's phase is independent of
-position; the statistic (:func:`~qkdb.ingest.circular.phase_statistic`) is taken at the searched
+position; the statistic (:func:`~qkdb.ingest.metrics.circular.phase_statistic`) is taken at the searched
 ``omega``, its p-value pays for the search, and Holm's procedure over the head's pairs keeps the
-family-wise error rate at :data:`~qkdb.ingest.circular.PLANE_ALPHA` (docs/rotation-planes.md).
+family-wise error rate at :data:`~qkdb.ingest.metrics.circular.PLANE_ALPHA` (docs/rotation-planes.md).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qkdb.ingest.circular import (
+from qkdb.ingest.metrics.circular import (
     PLANE_ALPHA,
     best_on_grid,
     circular_linear_r,
@@ -35,7 +35,7 @@ from qkdb.ingest.circular import (
     position_quantum,
     search_p_value,
 )
-from qkdb.ingest.rotation import complement_basis
+from qkdb.ingest.metrics.rotation import complement_basis
 
 MAX_PAIRS = 30  # the seeds' complement collage shows 30 pairs (5 × 6)
 # Pooled rows for the per-vector statistics: ~1,000 per kind puts the noise floor of a coherence
@@ -81,7 +81,7 @@ def fit_subsample(n_q: int, n_k: int, max_fit: int | None, rng: np.random.Genera
 def lda_balanced_accuracy_2d(xq: np.ndarray, yq: np.ndarray, xk: np.ndarray, yk: np.ndarray) -> np.ndarray:
     """Balanced training accuracy of a Q-vs-K linear discriminant, for many 2-D projections at once.
 
-    The model of ``qkdb.ingest.pca.qk_accuracy`` (sklearn's ``LinearDiscriminantAnalysis``
+    The model of ``qkdb.ingest.metrics.pca.qk_accuracy`` (sklearn's ``LinearDiscriminantAnalysis``
     with class-frequency priors and the frequency-weighted within-class covariance, as its 'lsqr'
     and 'eigen' solvers use) in closed form, one column per projection plane.
 
@@ -170,7 +170,7 @@ def complement_pairs(
     rope_omegas : ndarray, optional
         The model's RoPE frequencies. Given, the search is these frequencies plus 16 log-spaced
         ones from a quarter turn over the positions to π; otherwise (RoPE unknown) it is the
-        exhaustive periodogram of [0, π] with a local polish (:func:`~qkdb.ingest.circular.fit_frequency`).
+        exhaustive periodogram of [0, π] with a local polish (:func:`~qkdb.ingest.metrics.circular.fit_frequency`).
     rng : numpy.random.Generator
         Draws the subsample.
     mu, cov : ndarray, optional
