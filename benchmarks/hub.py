@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from hub_server import FakeHub  # noqa: E402  (the test suite's fake Hub)
+from helpers.hub_server import FakeHub  # noqa: E402  (the test suite's fake Hub)
 from ingest import FULL, QUICK, dataset, default_data_path, describe, log, measure  # noqa: E402
 
 REPO, BRANCH, MODEL = "bench/sniffed-qk", "bench-full", "bench-hub"

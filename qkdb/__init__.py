@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from qkdb.errors import QkdbError
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time __getattr__ loads them
-    from qkdb.api import IngestResult, connect, info, ingest, remove, version  # noqa: F401
+    from qkdb.api import IngestResult, chart, connect, info, ingest, remove, version  # noqa: F401
 
 __all__ = ["IngestResult", "QkdbError", "chart", "connect", "info", "ingest", "remove", "version"]
 
 # The API loads on first use: `import qkdb.<anything>` (the CLI's entry point, the ingest's worker
 # processes) must not pay for numpy, pyarrow and DuckDB before it needs them.
-_API = ("IngestResult", "connect", "info", "ingest", "remove", "version")
+_API = ("IngestResult", "chart", "connect", "info", "ingest", "remove", "version")
 
 # `qkdb.ingest` names both the ingest function and the (empty) package of the ingest's modules.
 # Importing a package binds it on its parent, so the package is imported here, once, and unbound:
@@ -34,7 +34,7 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     if name == "__version__":
-        from qkdb.api import version
+        from qkdb._version import version
 
         return version()
     raise AttributeError(f"module 'qkdb' has no attribute {name!r}")
@@ -42,10 +42,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted([*__all__, "__version__"])
-
-
-def chart(name: str, con=None, **options):
-    """A seed figure as an Altair chart (names: ``qkdb chart --list``); displays inline in notebooks."""
-    from qkdb.charts.api import chart as _chart  # altair loads only when a figure is asked for
-
-    return _chart(name, con, **options)

@@ -5,24 +5,9 @@ import sys
 
 
 def main() -> None:
-    from qkdb.ingest.engine.runtime import is_ingest, start_workers, wants_workers
+    from qkdb.ingest import tune_command_line
 
-    ingest = is_ingest(sys.argv[1:])
-    if ingest:
-        # An ingest's own process does no linear algebra worth a second thread (its workers do,
-        # with one thread each), but OpenBLAS would start one as numpy loads, and it would spin
-        # ~0.1 s of CPU while this process imports the CLI: the critical path to the first head.
-        # Set before anything imports numpy; a value the user set is kept.
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if wants_workers(sys.argv[1:]):
-        # The workers' fork server imports numpy, pyarrow and scipy (~0.7 s) on another core
-        # while this process imports the CLI (~0.7 s): started here, an ingest's first head comes
-        # that much sooner. The ingest starts it anyway (idempotent): a failure here is left for it
-        # to meet.
-        try:
-            start_workers(2)
-        except (OSError, ValueError):
-            pass
+    ingest = tune_command_line(sys.argv[1:])
     from qkdb.cli import main as cli_main
 
     if not ingest:

@@ -1,1 +1,38 @@
-"""The on-disk warehouse: parquet tables, the DuckDB catalog, locking and atomic publish."""
+"""The warehouse layer: parquet tables on disk, the DuckDB catalog and its views, publishing, intervals.
+
+Rooms::
+
+    home.py       where the warehouse lives
+    schema.py     every table and column, with its description (the data dictionary's source)
+    batches.py    rows into Arrow batches of a table's schema
+    store.py      the parquet files: staging, atomic publish per model, locks, removal
+    catalog.py    qk.duckdb: a view per table and per finding (sql/), the findings' intervals
+    views.py      the finding views: parsing sql/*.sql, creating them, describing them
+    inference.py  interval statistics (Wilson, Fisher z, the two-stage bootstrap)
+    intervals.py  the finding_intervals table computed from finding_inputs
+
+This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded
+on first use.
+"""
+
+from qkdb._lazy import facade
+
+__getattr__, __dir__ = facade(__name__, {
+    "resolve_home": "qkdb.warehouse.home",
+    "catalog_path": "qkdb.warehouse.home",
+    "ensure_writable": "qkdb.warehouse.home",
+    "open_catalog": "qkdb.warehouse.catalog",
+    "ensure_catalog": "qkdb.warehouse.catalog",
+    "refresh_intervals": "qkdb.warehouse.catalog",
+    "ensure_current": "qkdb.warehouse.intervals",
+    "TABLES": "qkdb.warehouse.schema",
+    "DERIVED": "qkdb.warehouse.schema",
+    "MODELS": "qkdb.warehouse.schema",
+    "INGEST_RUNS": "qkdb.warehouse.schema",
+    "to_batch": "qkdb.warehouse.batches",
+    "store": "module:qkdb.warehouse.store",
+    "describe": "qkdb.warehouse.views",
+    "load_view_files": "qkdb.warehouse.views",
+    "restrict_models": "qkdb.warehouse.views",
+    "select_models": "qkdb.warehouse.views",
+})

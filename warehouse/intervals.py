@@ -107,7 +107,6 @@ def _read_inputs(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = N
         sizes = np.array([sum(1 for c, _ in keys if c == k) for k in clusters], dtype=np.int64)
         index = {k: j for j, k in enumerate(keys)}
         scope = _Scope(name, list(clusters), sizes, index)
-        n = scope.n
         for fid, frows in sorted(members):
             f = _Finding(fid, name, cols["stat"][frows[0]])
             pos = np.array([index[(cols["cluster"][i], cols["unit"][i])] for i in frows])

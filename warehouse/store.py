@@ -199,18 +199,23 @@ def publish(staging: Staging) -> str:
         if not link.is_symlink():
             _replace_symlink(link, f"../{STORE}/{model}/current/{table.name}")
             _fsync_dir(tdir)
-    pause_for_tests("QKDB_TEST_PUBLISH_DELAY")
+    pause("before_swap")
     _replace_symlink(store / "current", version)
     _fsync_dir(store)
     cleanup_model(home, model)
     return version
 
 
-def pause_for_tests(var: str) -> None:
-    # Test hook: lets the crash-safety tests SIGKILL an ingest at a chosen moment.
-    delay = os.environ.get(var)
+# Seconds to stop at a point of an ingest ("after_head": each head staged; "before_swap": the
+# new version written, its switch not made yet), so that the crash-safety tests can SIGKILL it
+# there. Empty outside tests, which fill it in the process they run (tests/test_reliability.py).
+PAUSES: dict[str, float] = {}
+
+
+def pause(point: str) -> None:
+    delay = PAUSES.get(point)
     if delay:
-        time.sleep(float(delay))
+        time.sleep(delay)
 
 
 def append(home: Path, table: Table, model: str, name: str, data: pa.Table) -> Path:
@@ -247,6 +252,43 @@ def cleanup_model(home: Path, model: str) -> None:
             entry.unlink(missing_ok=True)
         else:
             shutil.rmtree(entry, ignore_errors=True)
+
+
+def current_file(home: Path, model: str, table: str) -> Path:
+    """The parquet file of a versioned table in a model's current version (it may not exist)."""
+    return home / STORE / model / "current" / table / DATA
+
+
+def table_bytes(home: Path) -> dict[str, int]:
+    """Bytes on disk of every table, over every ingested model (append-only tables: their history)."""
+    sizes = {}
+    for name, table in TABLES.items():
+        if table.versioned:
+            files = [current_file(home, m, name) for m in ingested_models(home)]
+            sizes[name] = sum(f.stat().st_size for f in files if f.exists())
+        else:
+            sizes[name] = sum(p.stat().st_size for p in (home / name).glob("*/*.parquet")) if (home / name).is_dir() else 0
+    return sizes
+
+
+def last_run(home: Path, model: str) -> dict | None:
+    """Run id and parameters of a model's newest ``ingest_runs`` row, read straight from its files."""
+    folder = home / "ingest_runs" / f"model={model}"
+    best = None
+    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        # ParquetFile, not read_table: the latter imports pyarrow.dataset (~0.5 s) for one small file.
+        # Timestamps compared as integers: turning them into datetimes imports pandas (~0.25 s).
+        t = pq.ParquetFile(f).read(columns=["run_id", "parameters", "finished_at"])
+        finished = t.column("finished_at").cast(pa.int64()).to_pylist()
+        for i, when in enumerate(finished):
+            if when is not None and (best is None or when > best[0]):
+                best = (when, t.column("run_id")[i].as_py(), t.column("parameters")[i].as_py())
+    return None if best is None else {"run_id": best[1], "parameters": best[2]}
+
+
+def has_history(home: Path, model: str) -> bool:
+    """Whether anything of the model is on disk: a published version or past runs."""
+    return is_ingested(home, model) or (home / "ingest_runs" / f"model={model}").exists()
 
 
 def is_ingested(home: Path, model: str) -> bool:

@@ -695,7 +695,7 @@ def _layer_list(layers: list[int]) -> str:
 
 def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: CapturePlan, check, max_position,
               transformers, torch) -> dict:
-    from qkdb.api import version
+    from qkdb._version import version
 
     weights = (
         {"gguf_file": Path(options.gguf).name} if options.gguf is not None

@@ -40,8 +40,10 @@ class HeadContext:
     collage: bool  # store complement scores in `points`
     # False for a model without rotary embeddings: no frequencies exist, the RoPE-plane stage is skipped
     rope_planes: bool = True
-    # the layer's own (rope_theta, rope_scaling) where the model's layers differ (Gemma3); None: the model's
-    layer_rope: tuple[float | None, str | None] | None = None
+    # The layer's RoPE (its own where the model's layers differ, as Gemma3's): None theta, fitted
+    rope_theta: float | None = None
+    rope_scaling: str | None = None  # transformers-style JSON
+    rope_pairing: str = "half"
 
 
 @dataclass
@@ -55,6 +57,19 @@ class HeadRows:
     # file -> rows dropped for values no head produces; the caller sums them into one message
     # (a key file serves several query heads: keyed by file, it is counted once)
     bad_rows_dropped: dict[str, int] = field(default_factory=dict)
+
+
+def check_rope(spec, options: IngestOptions) -> None:
+    """Refuse an unusable RoPE scaling (the model's or a layer's) once, up front, rather than once per head."""
+    from qkdb.ingest.metrics.rope_planes import rope_frequencies
+
+    if not options.complement or spec.rope == "none":
+        return
+    if spec.rope_theta is not None:
+        rope_frequencies(2, spec.rope_theta, spec.rope_scaling)
+    for theta, scaling in set(zip(spec.layer_rope_theta or (), spec.layer_rope_scaling or ())):
+        if theta is not None:
+            rope_frequencies(2, theta, scaling)
 
 
 def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...]) -> KindData:
@@ -164,12 +179,11 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
     if options.complement:
         pooled = pool(q.moments, k.moments)
         rope = comp = None
-        theta, scaling = ctx.layer_rope if ctx.layer_rope is not None else (options.rope_theta, options.rope_scaling)
         # (a model without RoPE: no rows, said once per model by the ingest, not once per head)
         if ctx.rope_planes and d % 2 == 0:
             rope = rope_planes(
-                Q, t_q, K, t_k, rope_theta=theta, pairing=options.rope_pairing,
-                rope_scaling=scaling, max_fit=options.fit_rows, rng=stream(52), cov=pooled.cov,
+                Q, t_q, K, t_k, rope_theta=ctx.rope_theta, pairing=ctx.rope_pairing,
+                rope_scaling=ctx.rope_scaling, max_fit=options.fit_rows, rng=stream(52), cov=pooled.cov,
             )
             rows.tables["rope_planes"] = {"layer": ctx.layer, "head": ctx.head, **rope}
         elif ctx.rope_planes:

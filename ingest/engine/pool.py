@@ -17,21 +17,13 @@ from dataclasses import dataclass
 
 from threadpoolctl import threadpool_limits
 
-from qkdb.errors import InputError, QkdbError
+from qkdb.errors import QkdbError
 from qkdb.ingest.engine.head import HeadContext, HeadRows, compute_head, prepare
-from qkdb.ingest.sources.layout import Discovery, HeadFile, head_dir_name, read_head
+from qkdb.ingest.sources.layout import read_head
+from qkdb.ingest.sources.plan import HeadGroup
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.sources.registry import ModelSpec
-from qkdb.ingest.sources.select import HeadSelection
 from qkdb.ingest.engine.runtime import keep_freed_memory, mp_context, start_workers
-
-
-@dataclass(frozen=True)
-class HeadGroup:
-    layer: int
-    kv_head: int
-    key: HeadFile
-    queries: tuple[HeadFile, ...]
 
 
 @dataclass
@@ -42,34 +34,10 @@ class HeadOutcome:
     error: str | None = None
 
 
-def plan_groups(discovery: Discovery, gqa_ratio: int, selection: HeadSelection | None = None) -> list[HeadGroup]:
-    """Group the selected query heads by their key head (``head // gqa_ratio``).
-
-    Raises :class:`InputError` naming the key folders the mapping needs but the dataset lacks.
-    """
-    if gqa_ratio < 1:
-        raise InputError(f"gqa_ratio must be >= 1, got {gqa_ratio}")
-    selection = selection or HeadSelection()
-    queries = [hf for (l, h), hf in sorted(discovery.queries.items()) if selection.matches(l, h)]
-    if not queries:
-        raise InputError(f"{discovery.root}: no query heads match the selection")
-    groups: dict[tuple[int, int], list[HeadFile]] = {}
-    for hf in queries:
-        groups.setdefault((hf.layer, hf.head // gqa_ratio), []).append(hf)
-    missing = sorted(head_dir_name(l, g, "k") for (l, g) in groups if (l, g) not in discovery.keys)
-    if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise InputError(
-            f"{discovery.root}: key head folder(s) missing for the GQA mapping "
-            f"(key head = query head // {gqa_ratio}): {shown}; check --gqa-ratio"
-        )
-    return [HeadGroup(l, g, discovery.keys[(l, g)], tuple(qs)) for (l, g), qs in sorted(groups.items())]
-
-
 def collage_heads(heads: list[tuple[int, int]], options: IngestOptions) -> set[tuple[int, int]]:
     """The heads whose complement scores go into `points`: the seeds' random.Random(42) sample plus any asked for."""
     chosen = set(random.Random(42).sample(sorted(heads), min(options.n_collage, len(heads))))
-    return chosen | set(options.collage_heads)
+    return chosen | set(options.collage)
 
 
 def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool) -> HeadContext:
@@ -84,16 +52,17 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         is_nope=layer in spec.nope_layers or spec.rope == "none",
         collage=collage,
         rope_planes=spec.rope != "none",
-        layer_rope=_layer_rope(spec, layer),
+        **_layer_rope(spec, layer),
     )
 
 
-def _layer_rope(spec: ModelSpec, layer: int) -> tuple[float | None, str | None] | None:
-    """The layer's own (rope_theta, rope_scaling) when the model's layers differ, else None."""
-    if spec.layer_rope_theta is None or layer >= len(spec.layer_rope_theta):
-        return None
-    scaling = spec.layer_rope_scaling[layer] if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None
-    return spec.layer_rope_theta[layer], scaling
+def _layer_rope(spec: ModelSpec, layer: int) -> dict:
+    """The layer's RoPE: its own (rope_theta, rope_scaling) where the model's layers differ, else the model's."""
+    theta, scaling = spec.rope_theta, spec.rope_scaling
+    if spec.layer_rope_theta is not None and layer < len(spec.layer_rope_theta):
+        theta = spec.layer_rope_theta[layer]
+        scaling = spec.layer_rope_scaling[layer] if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None
+    return {"rope_theta": theta, "rope_scaling": scaling, "rope_pairing": spec.rope_pairing}
 
 
 def process_group(

@@ -36,7 +36,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import RepoFile
 
 from qkdb.errors import HubError, InputError
-from qkdb.ingest.engine.pool import HeadGroup, plan_groups
+from qkdb.ingest.sources.plan import HeadGroup, plan_groups
 from qkdb.ingest.sources.hub_branches import DEFAULT_REPO, Branch, list_branches, models_on_hub, registry_branches
 from qkdb.ingest.sources.hub_cache import cached_listing, save_listing, storage_folder
 from qkdb.ingest.sources.hub_errors import REPO_TYPE, offline_now, revision_not_found, translate, where
@@ -154,6 +154,7 @@ class HubSource:
     retry_wait: float = 1.0
     progress: BytesProgress | None = None
     ignored: list[str] = field(default_factory=list)
+    kind: str = "hub"
 
     @property
     def location(self) -> str:

@@ -45,8 +45,7 @@ def demo_command(
     """Ingest the bundled real sample (SmolLM2-135M) offline, print the findings and write the report."""
     from qkdb import api
     from qkdb.cli.progress import ingest_progress
-    from qkdb.ingest.sources.layout import read_metadata
-    from qkdb.ingest.capture.sniff_sample import SAMPLE_MODEL, sample_path
+    from qkdb.ingest import SAMPLE_MODEL, read_metadata, sample_path
 
     t0 = time.perf_counter()
     home = (home or demo_home_default()).expanduser().resolve()

@@ -16,12 +16,11 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note, out_console
 from qkdb.cli.output import Format, write_table
 from qkdb.errors import QueryError
-from qkdb.warehouse.schema import TABLES
-from qkdb.warehouse.views import describe as describe_object
-from qkdb.warehouse.views import load_view_files, restrict_models, select_models
+from qkdb.warehouse import TABLES, load_view_files, restrict_models, select_models
+from qkdb.warehouse import describe as describe_object
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
-    import duckdb
+    pass
 
 FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]

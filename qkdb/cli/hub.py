@@ -40,7 +40,7 @@ def list_branches(
     ] = None,
 ) -> None:
     """List the repo's branches and the registry models they hold (offline: the cached branches)."""
-    from qkdb.ingest.sources import hub
+    from qkdb.ingest import hub
 
     repo = repo or hub.DEFAULT_REPO
     branches, origin = hub.list_branches(repo, endpoint=endpoint, cache_dir=cache_dir)

@@ -12,9 +12,7 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
 from qkdb.errors import InputError, QkdbError
-from qkdb.ingest.sources import registry
-from qkdb.ingest.metrics.complement import MAX_FIT
-from qkdb.ingest.engine.runtime import keep_freed_memory
+from qkdb.ingest import FIT_ROWS, IngestOptions
 
 
 def _parse_fit_rows(text: str) -> int | None:
@@ -30,7 +28,7 @@ def _parse_fit_rows(text: str) -> int | None:
 
 
 def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
-    from qkdb.ingest.sources.select import HeadSelection
+    from qkdb.ingest import HeadSelection
 
     if not text:
         return ()
@@ -64,7 +62,7 @@ def ingest(
     points: Annotated[int, typer.Option("--points", help="Sampled points per kind and head for scatter figures.")] = 512,
     collage_heads: Annotated[Optional[str], typer.Option("--collage-heads", help="Extra heads (l03h07,…) whose complement scores are stored.")] = None,
     no_complement: Annotated[bool, typer.Option("--no-complement", help="Skip complement pairs and RoPE planes.")] = False,
-    fit_rows: Annotated[str, typer.Option("--fit-rows", help="Vectors per head (seeded, Q and K in proportion) for the complement and RoPE-plane statistics, or 'all'. Fewer is faster and noisier.")] = str(MAX_FIT),
+    fit_rows: Annotated[str, typer.Option("--fit-rows", help="Vectors per head (seeded, Q and K in proportion) for the complement and RoPE-plane statistics, or 'all'. Fewer is faster and noisier.")] = str(FIT_ROWS),
     seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
     skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
     drop_bad_vectors: Annotated[bool, typer.Option("--drop-bad-vectors", help="Drop rows whose vector holds NaN, ±inf or a value beyond ±65504 (counted in heads.n_dropped) instead of refusing the file.")] = False,
@@ -76,21 +74,20 @@ def ingest(
 ) -> None:
     """Ingest sniffed-qk data (a local folder or the Hugging Face Hub): compute every metric per head and publish each model atomically."""
     names = _models_to_ingest(model, path, series, all_models, repo, cache_dir)
-    # This process is the CLI's own, so it is tuned like a worker: it computes the heads itself
-    # (one worker), or receives and stages every head's rows, converting them in row groups of
-    # fresh MiB-sized arrays (otherwise faulted in anew each time: ~0.1 s of a full ingest).
-    keep_freed_memory()
-    kwargs = dict(
-        repo=repo, revision=revision, heads=heads, family=family, gqa_ratio=gqa_ratio, n_layers=n_layers,
-        n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta, rope_pairing=rope_pairing,
-        rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components, b_method=b_method,
-        points=points, collage=_parse_collage(collage_heads), complement=not no_complement,
-        fit_rows=_parse_fit_rows(fit_rows), seed=seed,
-        skip_bad_heads=skip_bad_heads, drop_bad_vectors=drop_bad_vectors, workers=workers, force=force, wait=wait, home=home, cache_dir=cache_dir,
-    )
+    try:
+        options = IngestOptions(
+            repo=repo, revision=revision, heads=heads, cache_dir=cache_dir, family=family, gqa_ratio=gqa_ratio,
+            n_layers=n_layers, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta,
+            rope_pairing=rope_pairing, rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components,
+            b_method=b_method, points=points, collage=_parse_collage(collage_heads), complement=not no_complement,
+            fit_rows=_parse_fit_rows(fit_rows), seed=seed, skip_bad_heads=skip_bad_heads,
+            drop_bad_vectors=drop_bad_vectors, workers=workers, force=force, wait=wait,
+        )
+    except ValueError as exc:  # an option out of range is the user's input
+        raise InputError(str(exc)) from None
     if len(names) == 1:
         with ingest_progress(quiet) as progress:
-            result = api.ingest(path, names[0], progress=progress, **kwargs)
+            result = api.ingest(path, names[0], options=options, home=home, progress=progress)
         _report(result)
         return
     # Several models (--series, --all): one failure is reported and the others go on.
@@ -98,7 +95,7 @@ def ingest(
     for name in names:
         try:
             with ingest_progress(quiet) as progress:
-                result = api.ingest(path, name, progress=progress, **kwargs)
+                result = api.ingest(path, name, options=options, home=home, progress=progress)
             _report(result)
         except QkdbError as exc:
             note(f"error: {name}: {exc}")
@@ -114,9 +111,10 @@ def _models_to_ingest(model, path, series, all_models, repo, cache_dir) -> list:
     if series or all_models:
         if path is not None:
             raise InputError("--series and --all ingest from the Hub; use --model with --path")
+        from qkdb.ingest import hub, registry
+
         if series:
             return [s.model for s in registry.series_models(series)]
-        from qkdb.ingest.sources import hub
 
         branches, _ = hub.list_branches(repo or hub.DEFAULT_REPO, cache_dir=cache_dir)
         return hub.models_on_hub(branches)

@@ -18,9 +18,8 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, err, note
 from qkdb.cli.output import Format, write_result
 from qkdb.errors import QkdbError, QueryError, WarehouseError
-from qkdb.warehouse.home import catalog_path, resolve_home
-from qkdb.warehouse.views import describe as describe_object
-from qkdb.warehouse.views import load_view_files
+from qkdb.warehouse import catalog_path, load_view_files, resolve_home
+from qkdb.warehouse import describe as describe_object
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
     import duckdb
@@ -107,7 +106,7 @@ class Shell:
         elif word == ".views":
             self._list([(v.name, v.description) for v in sorted(load_view_files(), key=lambda v: v.name)])
         elif word == ".tables":
-            from qkdb.warehouse.schema import TABLES
+            from qkdb.warehouse import TABLES
 
             self._list([(t.name, t.doc) for t in TABLES.values()])
         elif word in (".describe", ".d"):

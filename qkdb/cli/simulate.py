@@ -13,9 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from qkdb.cli.app import app
 from qkdb.cli.common import Dtype, err, note
 from qkdb.errors import QkdbError
-from qkdb.ingest.sources.layout import HEAD_DIR
-from qkdb.ingest.capture.simulate import PLANTED_FILE, Ranges
-from qkdb.ingest.capture.simulate import simulate as run_simulation
+from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges
+from qkdb.ingest import simulate as run_simulation
 
 
 class Pairing(str, Enum):

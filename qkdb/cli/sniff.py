@@ -47,7 +47,7 @@ def sniff_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Capture queries and keys of a causal LM (local folder or GGUF) into the sniffed-qk layout."""
-    from qkdb.ingest.capture.sniff import SniffOptions, sniff
+    from qkdb.ingest import SniffOptions, sniff
 
     options = SniffOptions(
         out=out, model_path=model_path, gguf=gguf, text=text, text_field=text_field, n_texts=texts,

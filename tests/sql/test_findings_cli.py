@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_views import build_tables, category, head_frame, make_connection
+from helpers.tables import build_tables, category, head_frame, make_connection
 
 from qkdb import api
 from qkdb.cli.app import app

@@ -18,10 +18,10 @@ import huggingface_hub
 import pytest
 from typer.testing import CliRunner
 
-from hub_server import FakeHub
+from helpers.hub_server import FakeHub
 from qkdb.errors import HubError
 from qkdb.ingest.sources import hub as hubmod
-from qkdb.ingest.engine.pool import plan_groups
+from qkdb.ingest.sources.plan import plan_groups
 from qkdb.ingest.sources.layout import discover
 from qkdb.ingest.sources.registry import lookup
 from qkdb.ingest.sources.select import HeadSelection
@@ -486,14 +486,6 @@ def test_cli_hub_list_in_a_subprocess_with_hf_endpoint(fake, tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
-def _api_takes_the_hub() -> bool:
-    import inspect
-
-    from qkdb import api
-
-    return {"endpoint", "cache_dir", "revision"} <= set(inspect.signature(api.ingest).parameters)
-
-
 METRIC_TABLES = ("heads", "pca", "rotation", "complement", "rope_planes", "points")
 
 
@@ -507,7 +499,6 @@ def _rows(home: Path, table: str):
         con.close()
 
 
-@pytest.mark.xfail(not _api_takes_the_hub(), reason="qkdb.api.ingest does not read from the Hub yet", strict=True)
 def test_ingest_by_registry_name_equals_ingest_from_a_local_path(fake, cache, datasets, tmp_path):
     from qkdb import api
 
@@ -527,7 +518,6 @@ def test_ingest_by_registry_name_equals_ingest_from_a_local_path(fake, cache, da
     assert run == [("hub", REPO, LLAMA.dataset_revision, fake.repos[REPO].branches[LLAMA.dataset_revision])]
 
 
-@pytest.mark.xfail(not _api_takes_the_hub(), reason="qkdb.api.ingest does not read from the Hub yet", strict=True)
 def test_a_failed_hub_ingest_leaves_the_warehouse_untouched(fake, cache, tmp_path):
     from qkdb import api
 

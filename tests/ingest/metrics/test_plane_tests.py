@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from scipy import special, stats
-from test_views import build_tables, make_connection
+from helpers.tables import build_tables, make_connection
 
 from qkdb import api
 from qkdb.ingest.metrics.circular import (

@@ -123,8 +123,9 @@ def _kind(X, t, ex) -> KindData:
 def test_compute_head_fills_complement_rope_planes_points_and_omega(head, collage):
     sim, _, _ = head
     q, k = _kind(sim.Q, sim.t_q, sim.ex_q), _kind(sim.K, sim.t_k, sim.ex_k)
-    ctx = HeadContext(layer=4, head=2, kv_head=0, depth=0.5, depth_bin=5, is_nope=False, collage=collage)
-    opts = IngestOptions(rope_theta=10000.0, points=100)
+    ctx = HeadContext(layer=4, head=2, kv_head=0, depth=0.5, depth_bin=5, is_nope=False, collage=collage,
+                      rope_theta=10000.0)
+    opts = IngestOptions(points=100)
     rows = compute_head(q, k, ctx, opts)
     t = rows.tables
     assert len(t["rope_planes"]["j"]) == 32

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from test_views import _table, make_connection
+from helpers.tables import _table, make_connection
 
 from qkdb import api
 from qkdb.cli.app import app

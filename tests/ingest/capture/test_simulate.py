@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -15,7 +14,6 @@ from qkdb.cli.app import app
 from qkdb.errors import QkdbError
 from qkdb.ingest.sources.layout import discover, read_head, read_metadata
 from qkdb.ingest.capture.simulate import (
-    KEY_FIELDS,
     HeadParams,
     Ranges,
     draw_positions,

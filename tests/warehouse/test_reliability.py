@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import duckdb
@@ -16,45 +14,20 @@ import qkdb
 from qkdb.warehouse import store
 from qkdb.warehouse.catalog import CATALOG_FORMAT
 
-from conftest import make_dataset
+from helpers.datasets import make_dataset
 
-FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
-
-
-def _ingest_cmd(path, model, *extra):
-    return [sys.executable, "-m", "qkdb", "ingest", "--path", str(path), "--model", model, *FACTS, "-q", "-j", "1", *extra]
+from helpers.processes import FACTS, _ingest_cmd, _snapshot, _wait_for  # noqa: F401
 
 
-def _snapshot(home: Path) -> dict[str, int]:
-    con = duckdb.connect(str(home / "qk.duckdb"), read_only=True)
-    try:
-        return {
-            t: con.execute(f"select count(*) from {t}").fetchall()[0][0]
-            for t in ("heads", "pca", "rotation", "models", "head_metrics")
-        }
-    finally:
-        con.close()
-
-
-def _wait_for(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-@pytest.mark.parametrize("moment", ["QKDB_TEST_HEAD_DELAY", "QKDB_TEST_PUBLISH_DELAY"])
+@pytest.mark.parametrize("moment", ["after_head", "before_swap"])
 def test_sigkill_leaves_old_model_complete_and_next_ingest_cleans_up(tmp_path, home, moment):
     ds = make_dataset(tmp_path / "ds")
     qkdb.ingest(ds, "toy", heads="0", workers=1, family="Toy", gqa_ratio=2, n_layers=2)
     before = _snapshot(home)
     assert before["heads"] == 4
-    env = {**os.environ, moment: "30"}
-    proc = subprocess.Popen(_ingest_cmd(ds, "toy", "--force"), env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_ingest_cmd(ds, "toy", "--force", pause=moment), stderr=subprocess.PIPE)
     try:
-        if moment == "QKDB_TEST_HEAD_DELAY":
+        if moment == "after_head":
             # killed mid-compute: staging has data
             assert _wait_for(lambda: any((home / store.STAGING).glob("toy.*/heads/data.parquet")))
         else:
@@ -77,8 +50,7 @@ def test_sigkill_leaves_old_model_complete_and_next_ingest_cleans_up(tmp_path, h
 
 def test_sigkill_during_first_ingest_leaves_no_trace_for_readers(tmp_path, home):
     ds = make_dataset(tmp_path / "ds")
-    env = {**os.environ, "QKDB_TEST_PUBLISH_DELAY": "30"}
-    proc = subprocess.Popen(_ingest_cmd(ds, "fresh"), env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_ingest_cmd(ds, "fresh", pause="before_swap"), stderr=subprocess.PIPE)
     try:
         assert _wait_for(lambda: (home / "heads" / "model=fresh").is_symlink())
     finally:
@@ -105,8 +77,7 @@ def test_two_models_at_once_both_land(tmp_path, home):
 
 def test_same_model_twice_at_once_one_fails_clearly(tmp_path, home):
     ds = make_dataset(tmp_path / "ds")
-    env = {**os.environ, "QKDB_TEST_HEAD_DELAY": "0.3"}
-    first = subprocess.Popen(_ingest_cmd(ds, "toy"), env=env, stderr=subprocess.PIPE)
+    first = subprocess.Popen(_ingest_cmd(ds, "toy", pause="after_head", seconds=0.3), stderr=subprocess.PIPE)
     assert _wait_for(lambda: any((home / store.STAGING).glob("toy.*")))
     second = subprocess.run(_ingest_cmd(ds, "toy"), capture_output=True, text=True)
     assert second.returncode == 3

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -17,7 +15,7 @@ from qkdb.errors import InputError, RegistryError, WarehouseError
 from qkdb.warehouse import store
 from qkdb.warehouse.schema import TABLES
 
-from conftest import make_dataset
+from helpers.datasets import make_dataset
 
 FACTS = dict(family="Toy", gqa_ratio=2, n_layers=2)
 
@@ -129,7 +127,8 @@ def test_workers_give_the_same_numbers(dataset, home, tmp_path):
 def test_run_groups_submits_at_once_and_closing_it_stops_the_pool(dataset, monkeypatch):
     from concurrent.futures import ProcessPoolExecutor
 
-    from qkdb.ingest.engine.pool import plan_groups, run_groups
+    from qkdb.ingest.engine.pool import run_groups
+    from qkdb.ingest.sources.plan import plan_groups
     from qkdb.ingest.sources.layout import discover
     from qkdb.ingest.options import IngestOptions
     from qkdb.ingest.sources.registry import ModelSpec

@@ -29,7 +29,7 @@ from qkdb.ingest.sources import layout
 from qkdb.ingest.sources.layout import VALUE_BOUND, read_head, write_head, write_metadata
 from qkdb.ingest.sources.vector_pages import read_fixed_size_vectors
 
-from conftest import planted_head
+from helpers.datasets import planted_head
 
 FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
 API_FACTS = dict(family="Toy", gqa_ratio=2, n_layers=2)

@@ -190,7 +190,7 @@ def corpus(tmp_path_factory):
 def tiny_model(tmp_path_factory, corpus):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    import tiny_models
+    from helpers import tiny_models
 
     tokenizer = tiny_models.train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
     return tiny_models.build(tmp_path_factory.mktemp("tiny-llama"), "llama", *tokenizer), corpus
@@ -215,7 +215,7 @@ def captured(tiny_model, tmp_path_factory):
 
 
 def test_sniffed_vectors_are_q_and_k_projections_with_rope(tiny_model, captured):
-    import tiny_models
+    from helpers import tiny_models
 
     folder, corpus = tiny_model
     _, out = captured

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import tiny_models as tm  # noqa: E402
+from helpers import tiny_models as tm  # noqa: E402
 
 from qkdb.errors import SniffError  # noqa: E402
 from qkdb.ingest.capture import texts  # noqa: E402
@@ -283,13 +283,12 @@ def test_per_layer_rope_and_position_scaling_reach_the_warehouse(model_of, corpu
 
 
 def test_registry_ministral3_records_the_hub_captures_query_scale():
-    from qkdb.api import spec_notes
-    from qkdb.ingest.options import IngestOptions
+    from qkdb.ingest import spec_notes
     from qkdb.ingest.sources.registry import find
 
     spec = find("ministral3-3b")
     (entry,) = json.loads(spec.position_scaling)
     assert entry["type"] == "llama4" and entry["removed"] is False
     assert find("llama3.2-1b").position_scaling is None
-    (note,) = spec_notes(spec, IngestOptions())
+    (note,) = spec_notes(spec)
     assert "queries carry a position-dependent factor that is not RoPE" in note

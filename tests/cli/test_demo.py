@@ -23,7 +23,7 @@ from qkdb.ingest.capture.sniff_sample import SAMPLE_FAMILY, SAMPLE_MODEL, sample
 
 import qkdb.cli.demo  # noqa: F401,E402  (registers the command if the app does not yet)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

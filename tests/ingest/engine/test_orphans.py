@@ -12,8 +12,8 @@ import pytest
 from qkdb.ingest.engine.runtime import die_with_parent
 from qkdb.warehouse import store
 
-from conftest import make_dataset
-from test_reliability import FACTS, _snapshot, _wait_for
+from helpers.datasets import make_dataset
+from helpers.processes import FACTS, _snapshot, _wait_for
 
 psutil = pytest.importorskip("psutil")
 
@@ -21,9 +21,13 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 
 # `python -m qkdb` starts the fork server early, from its entry point; the CLI called directly
 # leaves it to the pool, started when the first groups are submitted.
+# The ingest sleeps after each head it receives (a pause injected into its process before the CLI
+# runs): killed in that sleep, its pool is running. "early": through qkdb's entry point, which
+# starts the workers' fork server before the CLI loads; "lazy": the CLI alone, the pool starts it.
+_PAUSE = "from qkdb.warehouse import store; store.PAUSES['after_head'] = 30; import sys; sys.argv[0] = 'qkdb'; "
 ENTRIES = {
-    "early": [sys.executable, "-m", "qkdb"],
-    "lazy": [sys.executable, "-c", "import sys; from qkdb.cli import main; sys.argv[0] = 'qkdb'; main()"],
+    "early": [sys.executable, "-c", _PAUSE + "from qkdb.__main__ import main; main()"],
+    "lazy": [sys.executable, "-c", _PAUSE + "from qkdb.cli import main; main()"],
 }
 
 
@@ -45,14 +49,12 @@ def _describe(proc) -> str:
 def _start_ingest(tmp_path, entry: str, **popen):
     ds = make_dataset(tmp_path / "ds")
     home = tmp_path / "home"
-    # The ingest sleeps after each head it receives: killed in that sleep, its pool is running.
-    env = {**os.environ, "QKDB_TEST_HEAD_DELAY": "30"}
     cmd = [*ENTRIES[entry], "ingest", "--path", str(ds), "--model", "toy", *FACTS, "-q", "--workers", "2",
            "--home", str(home)]
     # stderr to a file, not a pipe: the helpers inherit it, and a pipe they kept open would hang
     # the test reading it instead of failing it.
     with open(tmp_path / "stderr", "w") as err:
-        proc = subprocess.Popen(cmd, env=env, stderr=err, **popen)
+        proc = subprocess.Popen(cmd, stderr=err, **popen)
     return proc, home
 
 

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from qkdb.errors import InputError
-from qkdb.ingest.engine.pool import plan_groups
+from qkdb.ingest.sources.plan import plan_groups
 from qkdb.ingest.sources.layout import discover, read_head, screen_values, write_head
 from qkdb.ingest.sources.select import HeadSelection
 

@@ -1,0 +1,137 @@
+"""A model's facts (SPEC §3.3): the ingest's options win over the registry, the registry over the dataset.
+
+Architecture facts the vectors do not carry (family, layers, heads per layer, GQA ratio, RoPE,
+NoPE layers, training series) come from three places; this module merges them into one
+:class:`~qkdb.ingest.sources.registry.ModelSpec` and refuses contradictions before any work.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields, replace
+
+from qkdb.errors import InputError, RegistryError
+from qkdb.ingest.sources import registry
+from qkdb.ingest.sources.layout import METADATA_FILE
+from qkdb.ingest.sources.registry import ModelSpec
+
+_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry"}
+
+
+def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
+    """Model facts: options win over the registry, the registry over the dataset's metadata.
+
+    Head counts that contradict each other — a ``gqa_ratio`` that is not ``n_q_heads / n_kv_heads``,
+    whichever of the options, the registry and ``qkdb_dataset.json`` each number comes from, or a
+    ``qkdb_dataset.json`` whose ratio differs from the registry's for a registry model — are a
+    :class:`RegistryError` naming the numbers and their sources, raised before any work is done.
+    """
+    name = name or metadata.get("model")
+    if not name:
+        raise RegistryError("give the model's name with --model (the dataset has no qkdb_dataset.json naming it)")
+    registered = registry.find(name)
+    facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
+    for f in registry.HEAD_COUNTS:
+        if f in facts and (not isinstance(facts[f], int) or isinstance(facts[f], bool)):
+            raise InputError(f"{METADATA_FILE}: {f} must be an integer, got {facts[f]!r}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    facts = _metadata_facts(facts)
+    if registered is not None:
+        base, base_origin = registered, "the registry"
+        if metadata.get("source") == "sniff":
+            # The registry wins, except on what a qkdb sniff capture records about its own vectors
+            # (the registry's entries describe the Hub's captures).
+            captured = _metadata_facts({k: metadata.get(k) for k in _CAPTURE_FACTS})
+            base = replace(base, **{k: captured[k] if captured[k] is not None else _SPEC_DEFAULTS[k]
+                                    for k in _CAPTURE_FACTS})
+    else:
+        base, base_origin = ModelSpec(model=name).with_overrides(**facts), METADATA_FILE
+    # Where each head count comes from, for the messages (a ratio derived from the counts: from theirs).
+    origin = {f: base_origin for f in registry.HEAD_COUNTS if getattr(base, f) is not None}
+    origin.update({f: flag for f, flag in registry.HEAD_COUNTS.items() if f in given})
+    spec = base.with_overrides(**given)
+    if spec.gqa_ratio is not None and "gqa_ratio" not in origin:
+        origin["gqa_ratio"] = "n_q_heads / n_kv_heads"
+    registry.check_head_counts(spec, origin)
+    if registered is not None:
+        _check_dataset_counts(spec, facts, given)
+    missing = spec.missing_facts()
+    if missing:
+        close = registry.suggest(name)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise RegistryError(
+            f"unknown model {name!r}: not in the registry, so give its facts with {', '.join(missing)} "
+            f"(and --family).{hint}"
+        )
+    return spec
+
+
+# Facts a dataset's qkdb_dataset.json records about its own vectors, which the registry cannot know.
+_CAPTURE_FACTS = ("rope", "layer_rope_theta", "layer_rope_scaling", "position_scaling")
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+
+
+def _metadata_facts(facts: dict) -> dict:
+    """``qkdb_dataset.json`` values in the types of :class:`ModelSpec` (tuples, JSON text)."""
+    facts = dict(facts)
+
+    def as_json(v):
+        return v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
+
+    for key in ("nope_layers", "layer_rope_theta"):
+        if isinstance(facts.get(key), list):
+            facts[key] = tuple(facts[key])
+    if isinstance(facts.get("layer_rope_scaling"), list):
+        facts["layer_rope_scaling"] = tuple(as_json(v) for v in facts["layer_rope_scaling"])
+    for key in ("rope_scaling", "position_scaling"):
+        if isinstance(facts.get(key), (dict, list)):
+            facts[key] = as_json(facts[key])
+    rope = facts.get("rope")
+    if rope is not None and rope not in ("rotary", "none"):
+        raise InputError(f"{METADATA_FILE}: rope must be 'rotary' or 'none', got {rope!r}")
+    return facts
+
+
+def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
+    """Refuse a registry model whose dataset records another GQA ratio than the registry's.
+
+    The registry's facts win over ``qkdb_dataset.json``, but the key folders of a captured dataset
+    follow the ratio it records (stated, or ``n_q_heads / n_kv_heads``): where the two differ and
+    no ``--gqa-ratio`` settles it, queries would be paired by a mapping the capture did not use.
+    Counts that differ at the same ratio (a small simulation under a registry name) pair correctly.
+    """
+    if "gqa_ratio" in given:
+        return
+    q, kv = facts.get("n_q_heads"), facts.get("n_kv_heads")
+    theirs = facts.get("gqa_ratio") or (q // kv if q and kv and q > 0 and kv > 0 and q % kv == 0 else None)
+    if theirs is None or spec.gqa_ratio is None or theirs == spec.gqa_ratio:
+        return
+
+    def counts(n_q, n_kv) -> str:
+        return f" (n_q_heads / n_kv_heads = {n_q} / {n_kv})" if n_q and n_kv else ""
+
+    raise RegistryError(
+        f"model {spec.model}: the dataset's {METADATA_FILE} gives gqa_ratio={theirs}{counts(q, kv)}, the registry "
+        f"gqa_ratio={spec.gqa_ratio}{counts(spec.n_q_heads, spec.n_kv_heads)}; the key folders follow the "
+        "capture's ratio: give the right one with --gqa-ratio (and --n-q-heads, --n-kv-heads)"
+    )
+
+
+def spec_notes(spec: ModelSpec, complement: bool = True) -> list[str]:
+    """What the user should know about the model's positional encoding before reading its metrics (once each)."""
+    notes = []
+    if spec.rope == "none" and complement:
+        notes.append(
+            f"{spec.model} has no rotary position embedding (rope: none): no RoPE planes are computed "
+            "(rope_planes has no rows for it), its layers count as NoPE layers (heads.is_nope) and the "
+            "findings about RoPE layers leave it out; rotation.omega comes from the complement pairs"
+        )
+    for entry in json.loads(spec.position_scaling or "[]"):
+        if not entry.get("removed", False):
+            kind = "queries" if entry.get("kind") == "q" else "keys"
+            notes.append(
+                f"{spec.model}: its {kind} carry a position-dependent factor that is not RoPE "
+                f"({entry.get('type')}: {entry.get('formula')}); the positional metrics of the {kind} include "
+                "it (models.position_scaling)"
+            )
+    return notes
