@@ -66,5 +66,7 @@ def chart(
     finally:
         if own:
             con.close()
-    built = built.properties(usermeta={"qkdb": {"figure": figure.name, "seed_figure": figure.seed_figure}})
+    meta = built.usermeta if isinstance(built.usermeta, dict) else {}
+    own_meta = {**meta.get("qkdb", {}), "figure": figure.name, "seed_figure": figure.seed_figure}
+    built = built.properties(usermeta={**meta, "qkdb": own_meta})  # keeps the builder's caption
     return style.configure(built) if configure else built

@@ -10,6 +10,7 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import resolve_models, rows, values
 from qkdb.charts.style import fmt_num, kind_scale
 
@@ -59,7 +60,21 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
             + (f" Overall on a: |r_q| {fmt_num(ov.get('Q'))}, |r_k| {fmt_num(ov.get('K'))}." if ov else ""),
         ],
     )
-    return alt.layer(bars, ticks, data=values(data)).properties(width=420, height=alt.Step(14)).facet(
+    built = alt.layer(bars, ticks, data=values(data)).properties(width=460, height=alt.Step(14)).facet(
         row=alt.Row("family:N", sort=families, title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
         spacing=8,
     ).resolve_scale(y="independent").properties(title=title)
+    per = {}
+    for d in data:
+        if d["scope"] == "model":
+            per.setdefault(d["model"], {})[d["kind"]] = d
+    k_leads = sum(1 for v in per.values() if (v.get("K", {}).get("drift") or 0) > (v.get("Q", {}).get("drift") or 0))
+    q_leads_pc0 = sum(1 for v in per.values() if (v.get("Q", {}).get("pc0") or 0) > (v.get("K", {}).get("pc0") or 0))
+    text = []
+    if ov:
+        text.append(f"Over all heads, mean |r| on the drift axis a is {fmt_num(ov.get('K'))} for keys and "
+                    f"{fmt_num(ov.get('Q'))} for queries.")
+    text.append(f"Keys lead on axis a in {k_leads} of {len(per)} model(s); on PC0 queries lead in {q_leads_pc0} of {len(per)} "
+                "(the reversal the seed points out).")
+    text.append("The seed: 0.87 for keys vs 0.74 for queries on a; on PC0 0.80 (Q) vs 0.48 (K).")
+    return attach(built, *text)
