@@ -67,6 +67,6 @@ def chart(
         if own:
             con.close()
     meta = built.usermeta if isinstance(built.usermeta, dict) else {}
-    own_meta = {**meta.get("qkdb", {}), "figure": figure.name, "seed_figure": figure.seed_figure}
-    built = built.properties(usermeta={**meta, "qkdb": own_meta})  # keeps the builder's caption
+    # In place, keeping the builder's caption: the builder's chart is ours, and a copy costs.
+    built.usermeta = {**meta, "qkdb": {**meta.get("qkdb", {}), "figure": figure.name, "seed_figure": figure.seed_figure}}
     return style.configure(built) if configure else built

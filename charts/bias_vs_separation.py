@@ -16,7 +16,7 @@ import duckdb
 
 from qkdb.charts.caption import attach, count
 from qkdb.charts.data import MAX_HEAD_ROWS, families_of, resolve_models, rows, values
-from qkdb.charts.explorer import Explorer
+from qkdb.charts.explorer import Explorer, explorer
 from qkdb.charts.style import BIAS_E3, family_scale, fmt_num, fmt_r
 
 # corr() is NaN when a side is constant; NULLIF-style CASE keeps it NULL like the views do.
@@ -144,7 +144,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
     summary = {r["family"]: r for r in rows(con, _SUMMARY, {"models": chosen})}
     fams = families_of(con, chosen)
     n_total = summary.get(None, {}).get("n", 0)
-    ex = Explorer(con, chosen) if interactive else None
+    ex = explorer(con, chosen) if interactive else None
     if ex is not None:
         ex.mark(data)
     panels, views = _panels(data, fams, summary, ex, n_total)

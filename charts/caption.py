@@ -16,8 +16,9 @@ def attach(chart: alt.TopLevelMixin, *sentences: str | None) -> alt.TopLevelMixi
     """``chart`` with the non-empty ``sentences`` as its caption."""
     text = " ".join(s.strip() for s in sentences if s and s.strip())
     meta = chart.usermeta if isinstance(chart.usermeta, dict) else {}
-    qkdb = {**meta.get("qkdb", {}), "caption": text}
-    return chart.properties(usermeta={**meta, "qkdb": qkdb})
+    # Set in place: .properties() would deep-copy the whole chart (~60 ms for a 30-panel collage).
+    chart.usermeta = {**meta, "qkdb": {**meta.get("qkdb", {}), "caption": text}}
+    return chart
 
 
 def text_of(spec: dict) -> str:

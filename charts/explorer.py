@@ -15,7 +15,9 @@ extent). Both figures build the same CSV for the same models, which the report s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 
 import altair as alt
 import duckdb
@@ -46,6 +48,30 @@ order by p.model, p.layer, p.head, p.kind desc, p.idx
 """
 
 _FIELDS = ("m", "l", "h", "k", "t", "p0", "p1", "a", "b")
+
+# Within shared(), figures over the same models reuse one Explorer (one points query, one CSV).
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("qkdb_explorers", default=None)
+
+
+@contextlib.contextmanager
+def shared() -> Iterator[None]:
+    """Let the figures built inside reuse each other's explorers (the report builds two)."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def explorer(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> "Explorer":
+    """The Explorer of ``models``: a new one, or inside :func:`shared` the one already built."""
+    cache = _SHARED.get()
+    if cache is None:
+        return Explorer(con, models)
+    key = (id(con), tuple(models))
+    if key not in cache:
+        cache[key] = Explorer(con, models)
+    return cache[key]
 
 
 def _g(x: float) -> str:

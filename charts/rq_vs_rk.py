@@ -13,7 +13,7 @@ import duckdb
 
 from qkdb.charts.caption import attach, count
 from qkdb.charts.data import MAX_HEAD_ROWS, families_of, resolve_models, rows, values
-from qkdb.charts.explorer import Explorer
+from qkdb.charts.explorer import Explorer, explorer
 from qkdb.charts.rules import hlines, taxonomy_thresholds, vlines
 from qkdb.charts.style import CATEGORIES, PANEL, family_scale, fmt_num, fmt_pct
 
@@ -77,7 +77,7 @@ def scatter(data: list[dict], high: float, low: float, color: alt.Color, width: 
 
 
 def _interactive(con, chosen, data, fams, color, high, low, title) -> alt.HConcatChart:
-    ex = Explorer(con, chosen)
+    ex = explorer(con, chosen)
     ex.mark(data)
     base = alt.Chart().transform_filter(Explorer.filter_expr())
     x, y = axes()

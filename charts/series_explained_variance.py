@@ -36,7 +36,9 @@ def _panel(s: Series, data: list[dict], pcs: list[str], title: str, height: int)
     labels = [f"PC{i}" for i in range(N_PCS)]
     color = alt.Color("pc_label:N", scale=alt.Scale(domain=labels, range=list(PC_COLORS)), title="component",
                       legend=alt.Legend(orient="right"))
-    dash = alt.StrokeDash("pc_label:N", scale=alt.Scale(domain=labels, range=list(PC_DASH)), legend=None)
+    # Same field and domain as the colour: Vega-Lite merges the two into one key (colour and dash).
+    dash = alt.StrokeDash("pc_label:N", scale=alt.Scale(domain=labels, range=list(PC_DASH)), title="component",
+                          legend=alt.Legend(orient="right"))
     offset = alt.XOffset("pc_label:N", sort=pcs, scale=alt.Scale(paddingOuter=1))
     x = s.x() if pcs[0] != "PC0" else s.x(title=None, labels=False)  # the lower panel names the checkpoints
     bars = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(x=x, xOffset=offset, y="lo:Q", y2="hi:Q", color=color)
