@@ -214,6 +214,29 @@ def test_spec_round_trips(name, con, specs):
     assert not any("url" in n for n in walk(spec))
 
 
+INTERACTIVE = [n for n, f in registry.FIGURES.items() if f.interactive]
+
+
+def test_interactive_figures_are_the_cross_model_scatters():
+    assert INTERACTIVE == ["rq-vs-rk", "bias-vs-separation"]
+
+
+@pytest.mark.parametrize("name", INTERACTIVE)
+def test_interactive_spec_round_trips_and_renders(name, con):
+    built = chart(name, con, interactive=True)
+    spec = built.to_dict(validate=True)
+    assert built.to_dict() == spec
+    small = {**spec, "datasets": {k: v[:5] if isinstance(v, list) else v for k, v in datasets(spec).items()}}
+    assert type(built).from_json(json.dumps(small)).to_dict() == small
+    # One selection over the outlined heads' layers, and the detail panels filtered by it.
+    select = next(p for p in spec["params"] if p["name"] == "head_select")
+    names = {n["name"] for n in walk(spec) if isinstance(n.get("name"), str) and "mark" in n}
+    assert select["views"] and set(select["views"]) <= names
+    assert sum(1 for n in walk(spec) if n.get("filter") == {"param": "head_select", "empty": False}) >= 3
+    w, h = png_size(render.render(spec, "png", scale=1))
+    assert 400 <= w <= 4000 and 250 <= h <= 4000
+
+
 GOLDEN = {
     "pc-roles": {"layer": [
         {"mark": "bar", "encoding": ["color=kind:nominal", "x=pc_label:nominal", "xOffset=kind:nominal", "y=mean:quantitative"]},
