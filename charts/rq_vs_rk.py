@@ -102,7 +102,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
     high, low = taxonomy_thresholds(con)
     data = rows(con, _SQL, {"models": chosen, "limit": MAX_HEAD_ROWS})
     fractions, total = fraction_text(con, chosen)
-    shown = f"{len(data)} heads" if len(data) == total else f"a sample of {len(data)} of {total} heads"
+    shown = f"{len(data):,} heads" if len(data) == total else f"a sample of {len(data):,} of {total:,} heads"
     fams = families_of(con, chosen)
     color = alt.Color("family:N", scale=family_scale(fams), title="family", legend=alt.Legend(symbolOpacity=1))
     title = alt.TitleParams(

@@ -264,10 +264,12 @@ GOLDEN = {
         {"mark": "circle", "encoding": ["color=q_position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
         {"mark": "circle", "encoding": ["fill=k_position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
     ]}},
-    "drift-bars": {"facet": {"row": "family"}, "spec": {"layer": [
+    # A panel per family (FamA, FamB, SmolLM3) and the pooled row: a vconcat, not a facet, whose
+    # independent y made Vega warn in the browser.
+    "drift-bars": {"vconcat": [{"layer": [
         {"mark": "bar", "encoding": ["color=kind:nominal", "x=drift:quantitative", "y=model:nominal", "yOffset=kind:nominal"]},
         {"mark": "tick", "encoding": ["x=pc0:quantitative", "y=model:nominal", "yOffset=kind:nominal"]},
-    ]}},
+    ]}] * 4},
     "variance-decomposition": {"layer": [
         {"mark": "bar", "encoding": ["color=part:nominal", "order=part_order:quantitative", "x=share:quantitative", "y=model:nominal"]},
         {"mark": "text", "encoding": ["detail=part:nominal", "order=part_order:quantitative", "text=share:quantitative", "x=share:quantitative", "y=model:nominal"]},
