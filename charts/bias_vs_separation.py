@@ -145,6 +145,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
     fams = families_of(con, chosen)
     n_total = summary.get(None, {}).get("n", 0)
     ex = explorer(con, chosen) if interactive else None
+    if ex is not None and not ex.keys:  # no stored points (ingest --points 0): nothing to link
+        ex = None
     if ex is not None:
         ex.mark(data)
     panels, views = _panels(data, fams, summary, ex, n_total)

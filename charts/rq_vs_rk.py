@@ -76,8 +76,7 @@ def scatter(data: list[dict], high: float, low: float, color: alt.Color, width: 
     ).properties(width=width, height=height)
 
 
-def _interactive(con, chosen, data, fams, color, high, low, title) -> alt.HConcatChart:
-    ex = explorer(con, chosen)
+def _interactive(ex: Explorer, data, fams, color, high, low, title) -> alt.HConcatChart:
     ex.mark(data)
     base = alt.Chart().transform_filter(Explorer.filter_expr())
     x, y = axes()
@@ -127,7 +126,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
             f"{fmt_num(min(f['median_r_q'] for f in fam))} to {fmt_num(max(f['median_r_q'] for f in fam))} and r_k "
             f"{fmt_num(min(f['median_r_k'] for f in fam))} to {fmt_num(max(f['median_r_k'] for f in fam))}."
         )
-    if interactive:
-        return attach(_interactive(con, chosen, data, fams, color, high, low, title), *caption)
+    ex = explorer(con, chosen) if interactive else None
+    if ex is not None and ex.keys:  # no stored points (ingest --points 0): nothing to link
+        return attach(_interactive(ex, data, fams, color, high, low, title), *caption)
     built = scatter(data, high, low, color, width=PANEL + 140, height=PANEL + 140).properties(title=title)
     return attach(built, *caption)

@@ -237,6 +237,15 @@ def test_interactive_spec_round_trips_and_renders(name, con):
     assert 400 <= w <= 4000 and 250 <= h <= 4000
 
 
+@pytest.mark.parametrize("name", INTERACTIVE)
+def test_interactive_figure_without_stored_points_is_the_static_one(name, con, monkeypatch):
+    """ingest --points 0 stores no points: nothing to link, and empty detail panels would make Vega warn."""
+    from qkdb.charts import explorer
+
+    monkeypatch.setattr(explorer, "EXPLORER_HEADS", 0)
+    assert chart(name, con, interactive=True).to_dict() == chart(name, con).to_dict()
+
+
 GOLDEN = {
     "pc-roles": {"layer": [
         {"mark": "bar", "encoding": ["color=kind:nominal", "x=pc_label:nominal", "xOffset=kind:nominal", "y=mean:quantitative"]},
