@@ -66,5 +66,7 @@ def chart(
     finally:
         if own:
             con.close()
-    built = built.properties(usermeta={"qkdb": {"figure": figure.name, "seed_figure": figure.seed_figure}})
+    meta = built.usermeta if isinstance(built.usermeta, dict) else {}
+    # In place, keeping the builder's caption: the builder's chart is ours, and a copy costs.
+    built.usermeta = {**meta, "qkdb": {**meta.get("qkdb", {}), "figure": figure.name, "seed_figure": figure.seed_figure}}
     return style.configure(built) if configure else built

@@ -11,8 +11,9 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import families_of, resolve_models, rows, values
-from qkdb.charts.style import family_scale, fmt_pct
+from qkdb.charts.style import BIAS_DEF, BIAS_E3, family_scale, fmt_pct
 
 N_BINS = 40
 
@@ -51,7 +52,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     panels = [next(d["panel"] for d in data if d["family"] == f) for f in fams if any(d["family"] == f for d in data)]
     base = alt.Chart()
     bars = base.mark_rect(opacity=0.85, stroke="white", strokeWidth=0.3).encode(
-        x=alt.X("x0:Q", title="bias strength μ_Q^a · α_K (×10³ per token)"),
+        # greedy overlap removal and a floor on the tick step: at 460 px, ticks every 5 collided ("−20−15").
+        x=alt.X("x0:Q", title=BIAS_E3, axis=alt.Axis(labelOverlap="greedy", tickCount=8)),
         x2="x1:Q",
         y=alt.Y("count:Q", title="heads"),
         y2=alt.datum(0),
@@ -66,13 +68,25 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     title = alt.TitleParams(
         "Recency bias per head: bias strength by family",
         subtitle=[
-            f"Planar rotation (seed 002 figure 04): {total} heads of {len(chosen)} model(s); "
+            f"Planar rotation (seed 002 figure 04): {total:,} heads of {len(chosen)} model(s); "
             f"{fmt_pct(overall, 1)} have positive (recency) bias; dashed line: zero.",
-            f"{n_out} head(s) beyond the 0.5–99.5% quantiles are counted in the end bins." if n_out else
-            "Bins of equal width over the range of all heads.",
+            f"{BIAS_DEF[0].upper()}{BIAS_DEF[1:]}."
+            + (f" {n_out} head(s) beyond the 0.5–99.5% quantiles are counted in the end bins." if n_out else ""),
+
         ],
     )
-    return alt.layer(bars, zero, data=values(data)).properties(width=460, height=110).facet(
+    built = alt.layer(bars, zero, data=values(data)).properties(width=520, height=100).facet(
         row=alt.Row("panel:N", sort=panels, title=None, header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start", labelOrient="top")),
         spacing=10,
     ).resolve_scale(y="independent").properties(title=title)
+    fam = {d["family"]: d for d in data}
+    lowest = min(fam.values(), key=lambda d: d["share_positive"]) if fam else None
+    negative = sum(d["n_negative"] for d in fam.values())
+    return attach(
+        built,
+        f"{total:,} heads of {len(chosen)} model(s): {fmt_pct(overall, 1)} have a positive (recency) bias, "
+        f"{negative:,} a negative one."
+        + (f" The family shares run from {fmt_pct(lowest['share_positive'], 1)} ({lowest['family']}) to "
+           f"{fmt_pct(max(d['share_positive'] for d in fam.values()), 1)}." if len(fam) > 1 else ""),
+        "The seed: 99.0% of 3,239 heads positive (31 negative).",
+    )

@@ -1,9 +1,12 @@
-"""Rotation figure 07: bias strength against separation strength, a panel per family (Simpson's paradox).
+"""Rotation figure 07: bias strength against separation strength, pooled and per family (Simpson's paradox).
 
 Source: view ``head_metrics`` (per head). Pearson r is computed in SQL over every selected head
-(before any sampling): overall in the title, within each family in the panel headers. With the
-default models these are the ``bias_separation`` view's overall and family rows. A least-squares
-line per panel shows the within-family trend.
+(before any sampling): pooled and within each family, as the ``bias_separation`` view's overall
+and family rows. The first panel pools every head, coloured by family, with each family's
+least-squares line, the pooled line (dashed) and the family means (diamonds): the between-family
+offset that makes the pooled trend differ from the within-family ones is visible there. Then a
+panel per family. All panels share both axes, so a point sits at the same place in each. With
+``interactive=True`` (the report) a click on a head shows its points (:mod:`qkdb.charts.explorer`).
 """
 
 from __future__ import annotations
@@ -11,18 +14,22 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
-from qkdb.charts.data import MAX_HEAD_ROWS, families_of, resolve_models, rows, scalar, values
-from qkdb.charts.style import family_scale, fmt_r
+from qkdb.charts.caption import attach, count
+from qkdb.charts.data import MAX_HEAD_ROWS, families_of, resolve_models, rows, values
+from qkdb.charts.explorer import Explorer, explorer
+from qkdb.charts.style import BIAS_E3, family_scale, fmt_num, fmt_r
 
 # corr() is NaN when a side is constant; NULLIF-style CASE keeps it NULL like the views do.
 _R = "case when count(*) > 1 and var_pop(x) > 0 and var_pop(y) > 0 then corr(x, y) end"
 
-_SQL = f"""
-with h as materialized (
+_HEADS = """
     select model, family, layer, head, bias_strength * 1e3 as x, separation_strength as y
     from head_metrics
     where list_contains($models, model) and bias_strength is not null and separation_strength is not null
-), fam as (
+"""
+
+_SQL = f"""
+with h as materialized ({_HEADS}), fam as (
     select family, count(*) as n, {_R} as r from h group by family
 )
 select h.*, fam.r, fam.n
@@ -31,45 +38,135 @@ qualify row_number() over (order by hash(model, layer, head)) <= $limit
 order by model, layer, head
 """
 
-_OVERALL = f"""
-with h as (
-    select bias_strength as x, separation_strength as y
-    from head_metrics
-    where list_contains($models, model) and bias_strength is not null and separation_strength is not null
-)
-select {_R} from h
+_SUMMARY = f"""
+with h as materialized ({_HEADS})
+select family, count(*) as n, {_R} as r, avg(x) as mean_x, avg(y) as mean_y from h group by grouping sets ((family), ())
+order by family nulls first
 """
+
+COLUMNS = 3
+WIDTH, HEIGHT = 250, 200
+POOLED = "all families, pooled"
 
 
 def panel_label(family: str, r, n) -> str:
-    return f"{family}: r = {fmt_r(r)} (n = {n})"
+    return f"{family}: r = {fmt_r(r)} (n = {n:,})"
 
 
-def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.FacetChart:
-    """Per-head scatter of bias ×10³ vs separation, a panel per family titled with its r."""
+def _domain(data: list[dict], field: str) -> list[float]:
+    v = [d[field] for d in data if d[field] is not None]
+    lo, hi = (min(v), max(v)) if v else (0.0, 1.0)
+    pad = 0.03 * (hi - lo or 1.0)
+    return [lo - pad, hi + pad]
+
+
+def _tooltip():
+    return ["model:N", "family:N", "layer:Q", "head:Q", alt.Tooltip("x:Q", title="bias ×10³", format=".3g"),
+            alt.Tooltip("y:Q", title="separation", format=".3f")]
+
+
+def _panels(data, fams, summary, ex: Explorer | None, n_total: int) -> tuple[list[alt.LayerChart], list[str]]:
+    """The pooled panel, then one per family; with an explorer, the names of their clickable layers."""
+    x = alt.X("x:Q", title=BIAS_E3, scale=alt.Scale(domain=_domain(data, "x"), nice=False, zero=False))
+    y = alt.Y("y:Q", title="separation strength", scale=alt.Scale(domain=_domain(data, "y"), nice=False, zero=False))
+    color = alt.Color("family:N", scale=family_scale(fams), title="family", legend=alt.Legend(symbolOpacity=1))
+    base = alt.Chart()
+    if ex is not None:
+        base = base.transform_filter(Explorer.filter_expr())
+    pooled = summary.get(None, {})
+    panels, views = [], []
+
+    def clickable(chart_base, i):
+        if ex is None:
+            return []
+        name = f"bvs_pick_{i}"  # Altair renames a unit in a concatenated layer to "<base>_<position>"
+        views.append(name)
+        return [ex.pickable(chart_base, x, y, color, name, _tooltip()), Explorer.highlight(chart_base, x, y)]
+
+    means = (
+        alt.Chart(values([{"family": f, "x": s["mean_x"], "y": s["mean_y"]} for f, s in summary.items() if f is not None]))
+        .mark_point(shape="diamond", filled=True, size=150, stroke="#111111", strokeWidth=1.2, opacity=1)
+        .encode(x=x, y=y, color=color, tooltip=["family:N", alt.Tooltip("x:Q", title="mean bias ×10³", format=".3g"),
+                                               alt.Tooltip("y:Q", title="mean separation", format=".3f")])
+    )
+    layers = [
+        base.mark_circle(size=12, opacity=0.35).encode(x=x, y=y, color=color, tooltip=_tooltip()),
+        *clickable(base, 0),
+        base.transform_regression("x", "y", groupby=["family"]).mark_line(strokeWidth=2).encode(x=x, y=y, color=color),
+        base.transform_regression("x", "y").mark_line(color="#111111", strokeWidth=2.5, strokeDash=[6, 3]).encode(x=x, y=y),
+        means,
+    ]
+    panels.append(alt.layer(*layers).properties(
+        width=WIDTH, height=HEIGHT,
+        title=alt.TitleParams(f"{POOLED}: r = {fmt_r(pooled.get('r'))} (n = {n_total:,})", fontSize=12, anchor="start"),
+    ))
+    for i, fam in enumerate(fams, start=1):
+        s = summary.get(fam)
+        if s is None:
+            continue
+        fb = base.transform_filter(alt.FieldEqualPredicate(field="family", equal=fam))
+        panels.append(alt.layer(
+            fb.mark_circle(size=16, opacity=0.55).encode(x=x, y=y, color=color, tooltip=_tooltip()),
+            *clickable(fb, len(panels)),
+            fb.transform_regression("x", "y").mark_line(color="#111111", strokeWidth=2).encode(x=x, y=y),
+        ).properties(
+            width=WIDTH, height=HEIGHT, title=alt.TitleParams(panel_label(fam, s["r"], s["n"]), fontSize=12, anchor="start"),
+        ))
+    return panels, views
+
+
+def _caption(summary: dict, n_models: int) -> list[str]:
+    pooled = summary.get(None, {})
+    fams = {f: s for f, s in summary.items() if f is not None}
+    out = [f"Pooled over {count(pooled.get('n', 0), 'head')} of {count(n_models, 'model')}, r = {fmt_r(pooled.get('r'))}."]
+    with_r = {f: s for f, s in fams.items() if s["r"] is not None}
+    if len(with_r) > 1 and pooled.get("r") is not None:
+        lo = min(with_r, key=lambda f: with_r[f]["r"])
+        hi = max(with_r, key=lambda f: with_r[f]["r"])
+        opposite = [f for f, s in with_r.items() if s["r"] * pooled["r"] < 0]
+        out.append(
+            f"Within the {len(with_r)} families r runs from {fmt_r(with_r[lo]['r'])} ({lo}) to {fmt_r(with_r[hi]['r'])} ({hi}); "
+            + (f"{', '.join(opposite)} {'has' if len(opposite) == 1 else 'have'} the opposite sign to the pooled r "
+               "(whether beyond chance: finding 002.F5.simpson). " if opposite else "none has the opposite sign to the pooled r. ")
+            + f"The family means (diamonds) span {fmt_num(max(s['mean_x'] for s in fams.values()) - min(s['mean_x'] for s in fams.values()), 1)} "
+            f"in bias ×10³ and {fmt_num(max(s['mean_y'] for s in fams.values()) - min(s['mean_y'] for s in fams.values()))} in separation: "
+            "that offset between families, not the trend within them, is what a pooled correlation also measures."
+        )
+    return out
+
+
+def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, interactive: bool = False, **opts):
+    """Per-head scatter of bias ×10³ vs separation: a pooled panel, then one per family titled with its r."""
     chosen = resolve_models(con, models)
     data = rows(con, _SQL, {"models": chosen, "limit": MAX_HEAD_ROWS})
     for d in data:
         d["panel"] = panel_label(d["family"], d["r"], d["n"])
-    overall = scalar(con, _OVERALL, {"models": chosen})
+    summary = {r["family"]: r for r in rows(con, _SUMMARY, {"models": chosen})}
     fams = families_of(con, chosen)
-    panels = list(dict.fromkeys(d["panel"] for d in sorted(data, key=lambda d: fams.index(d["family"]))))
-    base = alt.Chart()
-    x = alt.X("x:Q", title="bias strength ×10³", scale=alt.Scale(zero=False))
-    y = alt.Y("y:Q", title="separation strength", scale=alt.Scale(zero=False))
-    points = base.mark_circle(size=22, opacity=0.6).encode(
-        x=x, y=y, color=alt.Color("family:N", scale=family_scale(fams), legend=None),
-        tooltip=["model:N", "layer:Q", "head:Q", alt.Tooltip("x:Q", title="bias ×10³", format=".3g"),
-                 alt.Tooltip("y:Q", title="separation", format=".3f")],
-    )
-    fit = base.transform_regression("x", "y").mark_line(color="#222222", strokeWidth=1.5).encode(x=x, y=y)
+    n_total = summary.get(None, {}).get("n", 0)
+    ex = explorer(con, chosen) if interactive else None
+    if ex is not None and not ex.keys:  # no stored points (ingest --points 0): nothing to link
+        ex = None
+    if ex is not None:
+        ex.mark(data)
+    panels, views = _panels(data, fams, summary, ex, n_total)
+    shown = "every head" if len(data) == n_total else f"a sample of {len(data):,} of {n_total:,} heads (r over all)"
     title = alt.TitleParams(
-        f"Bias vs separation strength: overall r = {fmt_r(overall)}; within each family in the panel titles",
+        f"Bias vs separation strength: pooled r = {fmt_r(summary.get(None, {}).get('r'))}; within each family in the panel titles",
         subtitle=[
-            "Planar rotation (seed 002 figure 07, Simpson's paradox): one point per head; "
-            "line: least-squares fit within the family."
+            f"Planar rotation (seed 002 figure 07, Simpson's paradox): one point per head, {shown}; shared axes.",
+            "First panel: all heads by family, each family's least-squares line, the pooled line (dashed) and the "
+            "family means (diamonds); then one panel per family with its line.",
+            *([ex.note(len(data))] if ex is not None else []),
         ],
     )
-    return alt.layer(points, fit, data=values(data)).properties(width=250, height=220).facet(
-        facet=alt.Facet("panel:N", sort=panels, title=None), columns=min(3, max(1, len(panels))),
-    ).resolve_scale(x="independent", y="independent").properties(title=title)
+    grid = alt.concat(*panels, columns=COLUMNS, spacing=16).properties(align="all")
+    if ex is None:
+        built = grid.properties(data=values(data), title=title)
+    else:
+        built = alt.hconcat(grid, ex.detail(
+            "'bias ×10³ ' + format(datum.x, '.3g') + ' · separation ' + format(datum.y, '.3f')"
+        ), spacing=24, data=values(data)).properties(title=title)
+        built = built.add_params(*ex.filters(fams))
+        built.params = [*built.params, Explorer.selection(views, Explorer.initial(data))]
+    return attach(built, *_caption(summary, len(chosen)))

@@ -2,8 +2,10 @@
 
 Per head one panel of its sampled points (table ``points``): queries on a truncated ``Blues`` scale
 by position, keys on a truncated ``Reds`` scale, light = early and dark = late. The two position
-scales use different channels (``color`` for Q, ``fill`` for K) so each gets its own legend, shared
-by all panels. The per-head statistics the seeds print in a text box are the panel's subtitle.
+scales use different channels (``color`` for Q, ``fill`` for K) and different fields
+(``q_position``, ``k_position``), each scale's domain being its own field's extent: Vega-Lite
+merges the legends of two scales with equal domains into one (blue) key, which left the red K
+points without one. The per-head statistics the seeds print in a text box are the panel's subtitle.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from qkdb.charts.data import (
     seed_sample,
     values,
 )
+from qkdb.charts.caption import attach
 from qkdb.charts.style import K_SCHEME, PANEL, Q_SCHEME
 from qkdb.errors import ChartError
 
+AXIS_EXTENT = 34  # px reserved for y-axis labels, so "−10" and "5" leave the panels aligned
+
 _POINTS = """
-select layer, head, kind, position, example_id, {x} as x, {y} as y
+select layer, head, kind, position, example_id, {x} as x, {y} as y,
+       case when kind = 'q' then position end as q_position, case when kind = 'k' then position end as k_position
 from points
 where model = $model and list_contains($heads, printf('%d.%d', layer, head))
   and {x} is not null and {y} is not null
@@ -60,6 +66,33 @@ def point_rows(con: duckdb.DuckDBPyConnection, model: str, heads: list[tuple[int
     return data
 
 
+def position_colors(legends: bool = True) -> tuple[alt.Color, alt.Fill]:
+    """The Q (color, Blues) and K (fill, Reds) position encodings, each with its own legend.
+
+    Vega-Lite merges the legends of two channels whose scale domains are equal, and an explicit
+    domain or one field for both makes them equal whenever Q and K span the same positions. Each
+    scale's domain is therefore its own field's extent, which no other channel shares.
+    """
+    def legend(title):
+        return alt.Legend(title=title, gradientLength=120, orient="right") if legends else None
+
+    return (
+        alt.Color("q_position:Q", scale=alt.Scale(scheme=Q_SCHEME), legend=legend("Q position (token)")),
+        alt.Fill("k_position:Q", scale=alt.Scale(scheme=K_SCHEME), legend=legend("K position (token)")),
+    )
+
+
+def qk_layers(base: alt.Chart, x: alt.X, y: alt.Y, color: alt.Color, fill: alt.Fill, *, size: float, tooltip) -> list[alt.Chart]:
+    """Q then K points (legends follow the layer order: Q's first, as the seeds list them)."""
+    q = base.transform_filter("datum.kind == 'q'").mark_circle(size=size, opacity=0.6).encode(
+        x=x, y=y, color=color, tooltip=tooltip,
+    )
+    k = base.transform_filter("datum.kind == 'k'").mark_circle(size=size, opacity=0.6).encode(
+        x=x, y=y, fill=fill, tooltip=tooltip,
+    )
+    return [q, k]
+
+
 def panel(
     data: list[dict],
     *,
@@ -67,8 +100,6 @@ def panel(
     y_title: str,
     title: str,
     subtitle: list[str],
-    q_domain: list[float],
-    k_domain: list[float],
     width: int = PANEL,
     height: int = PANEL,
     size: float = 9,
@@ -76,33 +107,18 @@ def panel(
     """One head's scatter: Q points (Blues by position) and K points (Reds by position)."""
     base = alt.Chart(values(data))
     x = alt.X("x:Q", title=x_title, scale=alt.Scale(zero=False, nice=True))
-    y = alt.Y("y:Q", title=y_title, scale=alt.Scale(zero=False, nice=True))
+    y = alt.Y("y:Q", title=y_title, scale=alt.Scale(zero=False, nice=True), axis=alt.Axis(minExtent=AXIS_EXTENT, labelFlush=True))
     tooltip = [alt.Tooltip("kind:N"), alt.Tooltip("position:Q"), alt.Tooltip("example_id:Q", title="example"),
                alt.Tooltip("x:Q", title=x_title, format=".3g"), alt.Tooltip("y:Q", title=y_title, format=".3g")]
-    k = base.transform_filter("datum.kind == 'k'").mark_circle(size=size, opacity=0.6).encode(
-        x=x, y=y, tooltip=tooltip,
-        fill=alt.Fill("position:Q", scale=alt.Scale(scheme=K_SCHEME, domain=k_domain), title="K position"),
-    )
-    q = base.transform_filter("datum.kind == 'q'").mark_circle(size=size, opacity=0.6).encode(
-        x=x, y=y, tooltip=tooltip,
-        color=alt.Color("position:Q", scale=alt.Scale(scheme=Q_SCHEME, domain=q_domain), title="Q position"),
-    )
-    # Legends follow the layer order: Q's first, as the seeds list them.
-    return alt.layer(q, k).properties(
+    color, fill = position_colors()
+    return alt.layer(*qk_layers(base, x, y, color, fill, size=size, tooltip=tooltip)).properties(
         width=width, height=height, title=alt.TitleParams(title, subtitle=subtitle, anchor="middle", fontSize=13)
     )
 
 
-def position_domains(data: list[dict]) -> tuple[list[float], list[float]]:
-    def dom(kind):
-        p = [d["position"] for d in data if d["kind"] == kind]
-        return [min(p), max(p)] if p else [0, 1]
-
-    return dom("q"), dom("k")
-
-
 def grid(panels: list[alt.LayerChart], columns: int = 2) -> alt.ConcatChart:
-    return alt.concat(*panels, columns=columns, spacing=18)
+    # align="all": every panel's plot area on one grid whatever its titles and tick labels.
+    return alt.concat(*panels, columns=columns, spacing=18).properties(align="all")
 
 
 def build_collage(
@@ -116,24 +132,41 @@ def build_collage(
     x_title: str,
     y_title: str,
     stats,
+    caption,
     title: str,
     subtitle: str,
 ) -> alt.ConcatChart:
-    """A collage of the chosen heads; ``stats(con, model, heads)`` gives each head's subtitle lines."""
+    """A collage of the chosen heads.
+
+    ``stats(con, model, heads)`` gives each head's subtitle lines; ``caption(model, heads, data, lines)``
+    the figure's caption from the drawn points.
+    """
     model = resolve_one_model(con, models, figure)
     heads = collage_heads(con, model, head)
     data = point_rows(con, model, heads, x, y)
-    q_dom, k_dom = position_domains(data)
     lines = stats(con, model, heads)
+    # Every panel gets as many subtitle lines as the longest, so the plot areas line up.
+    depth = max((len(v) for v in lines.values()), default=0)
+    lines = {h: [*v, *[""] * (depth - len(v))] for h, v in lines.items()}
     panels = [
         panel(
             [d for d in data if (d["layer"], d["head"]) == h],
             x_title=x_title, y_title=y_title, title=head_label(*h), subtitle=lines.get(h, []),
-            q_domain=q_dom, k_domain=k_dom,
         )
         for h in heads
     ]
     chosen = "chosen heads" if head is not None else "heads drawn with random.Random(42), as the seeds"
-    return grid(panels).properties(
+    built = grid(panels).properties(
         title=alt.TitleParams(f"{title}: {model}", subtitle=[f"{subtitle}; {chosen}."])
     )
+    return attach(built, caption(model, heads, data, lines))
+
+
+def qk_gap(data: list[dict], head: tuple[int, int], axis: str = "x") -> float | None:
+    """Mean Q minus mean K of one head's drawn points along ``axis``."""
+    def mean(kind):
+        v = [d[axis] for d in data if (d["layer"], d["head"]) == head and d["kind"] == kind]
+        return sum(v) / len(v) if v else None
+
+    q, k = mean("q"), mean("k")
+    return None if q is None or k is None else q - k

@@ -2,10 +2,15 @@
 
 Source: table ``points`` (complement scores ``c0 … c59``, stored only for the collage heads: by
 default the seeds' ``random.Random(42)`` sample of four heads per model, plus any given to
-``qkdb ingest --collage-heads``) and ``complement`` (per pair: variance share, angle–position
-correlation, fitted frequency, active flag). RoPE rotation planes show as rings ("donuts") whose
-colour turns with position, Q and K on the same ring. Both axes of a panel share one symmetric
-range so rings look round. Panel titles of active rotation planes are dark, the others grey.
+``qkdb ingest --collage-heads``) and ``complement`` (per pair: variance share, fitted frequency
+ω, the strength ρ² of the phase–position relation at ω, and the Holm-adjusted p-value of its
+test). RoPE rotation planes show as rings ("donuts"), Q and K on the same ring. Both axes of a
+panel share one symmetric range so rings look round.
+
+``active`` is a significance test (docs/rotation-planes.md): on real captures nearly every pair
+passes it, including pairs whose relation is far too weak to see. So the panels do not say
+"active"; each prints its ρ² (``omega_r_squared``, the effect size) and its adjusted p-value, and
+its title darkens with ρ², so what the eye should find in a panel is stated next to it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from qkdb.charts.data import (
     seed_sample,
     values,
 )
-from qkdb.charts.style import K_SCHEME, Q_SCHEME, SMALL_PANEL, fmt_num, fmt_pct
+from qkdb.charts.caption import attach, count
+from qkdb.charts.collage import position_colors
+from qkdb.charts.style import SMALL_PANEL, fmt_num, fmt_p, fmt_pct, grey_for
 from qkdb.errors import ChartError
 
 COLUMNS = 6
@@ -36,7 +43,8 @@ select distinct layer, head from points where model = $model and c0 is not null 
 """
 
 _PAIRS = """
-select pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, active
+select pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, statistic, p_adjusted, active,
+       (select plane_alpha from params) as alpha
 from complement
 where model = $model and layer = $layer and head = $head
 order by pair
@@ -87,16 +95,15 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     n = len(pairs)
     cols = ", ".join(f"c{i}" for i in range(2 * n))
     data = rows(con, f"""
-        select kind, position, {cols}
+        select kind, case when kind = 'q' then position end as q_position,
+               case when kind = 'k' then position end as k_position, {cols}
         from points
         where model = $model and layer = $layer and head = $head and c0 is not null
         qualify row_number() over (partition by kind order by hash(idx)) <= $per_kind
         order by kind desc, idx
     """, {"model": model, "layer": layer, "head": hd, "per_kind": POINTS_PER_KIND_HERE})
-    q_pos = [d["position"] for d in data if d["kind"] == "q"] or [0, 1]
-    k_pos = [d["position"] for d in data if d["kind"] == "k"] or [0, 1]
-    q_dom, k_dom = [min(q_pos), max(q_pos)], [min(k_pos), max(k_pos)]
     base = alt.Chart()
+    color, fill = position_colors()  # one legend each, never merged (see collage.position_colors)
     panels = []
     for p in pairs:
         i = p["pair"]
@@ -107,34 +114,55 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         x = alt.X(f"{xs}:Q", scale=scale, axis=axis)
         y = alt.Y(f"{ys}:Q", scale=scale, axis=axis)
         q = base.transform_filter("datum.kind == 'q'").mark_circle(size=5, opacity=0.55).encode(
-            x=x, y=y, color=alt.Color("position:Q", scale=alt.Scale(scheme=Q_SCHEME, domain=q_dom), title="Q position"),
+            x=x, y=y,
+            color=color,
         )
         k = base.transform_filter("datum.kind == 'k'").mark_circle(size=5, opacity=0.55).encode(
-            x=x, y=y, fill=alt.Fill("position:Q", scale=alt.Scale(scheme=K_SCHEME, domain=k_dom), title="K position"),
+            x=x, y=y,
+            fill=fill,
         )
-        active = bool(p["active"])
+        strength = p["omega_r_squared"]
+        tested = p["p_adjusted"] is not None
         panels.append(alt.layer(q, k).properties(
             width=SMALL_PANEL, height=SMALL_PANEL,
             title=alt.TitleParams(
-                f"pair {i}" + (" · active" if active else ""),
-                subtitle=f"r {fmt_num(p['angle_r'])} · ω {fmt_num(p['omega'], 3)} · {fmt_pct(p['var_frac'], 1)}",
+                f"pair {i}",
+                subtitle=[
+                    f"ρ² {fmt_num(strength)} · " + (fmt_p(p["p_adjusted"]) if tested else ("flagged" if p["active"] else "not flagged")),
+                    f"ω {fmt_num(p['omega'], 3)} · {fmt_pct(p['var_frac'], 1)} of var.",
+                ],
                 fontSize=11, subtitleFontSize=10, anchor="middle",
-                color="#111111" if active else "#999999", subtitleColor="#444444" if active else "#999999",
+                color=grey_for(strength), subtitleColor=grey_for(strength, full=0.25),
             ),
         ))
-    n_active = sum(bool(p["active"]) for p in pairs)
-    active_share = sum(p["var_frac"] or 0 for p in pairs if p["active"])
+    n_pass = sum(bool(p["active"]) for p in pairs)
+    pass_share = sum(p["var_frac"] or 0 for p in pairs if p["active"])
     plane = scalar(con, "select plane_var_fraction from rotation where model = $m and layer = $l and head = $h",
                    {"m": model, "l": layer, "h": hd})
+    alpha = pairs[0]["alpha"]
+    tested = any(p["p_adjusted"] is not None for p in pairs)
+    test = (f"pass the phase–position test (Holm-adjusted p < {alpha:g})" if tested
+            else "carry the stored active flag (ingested before the test; re-ingest to apply it)")
     title = alt.TitleParams(
         f"Complement of {{a, b}}: {model} {head_label(layer, hd)}",
         subtitle=[
-            "Planar rotation (seed 002 figure 08): SVD pairs (s_2i, s_2i+1) of the centred complement, "
+            "Planar rotation (seed 002 figure 08): SVD pairs (s₂ᵢ, s₂ᵢ₊₁) of the centred complement, "
             f"the d − 2 dimensions outside {{a, b}} ({fmt_pct(None if plane is None else 1 - plane)} of the variance).",
-            "Q blue, K red, light = early, dark = late position; per pair: angle–position r · fitted ω (rad/token) "
-            "· share of complement variance.",
-            f"{n_active} of {n} pairs are active rotation planes (dark titles), holding {fmt_pct(active_share)} "
-            "of the complement variance.",
+            "Q blue, K red, light = early, dark = late position; per pair: ρ² = strength of the phase–position relation "
+            "at the fitted ω (rad/token), its p-value, share of complement variance.",
+            f"{n_pass} of {n} pairs {test}, holding {fmt_pct(pass_share)} of the complement variance; passing means "
+            "not chance, not visible: titles darken with ρ².",
         ],
     )
-    return alt.concat(*panels, columns=COLUMNS, spacing=10, data=values(data)).properties(title=title)
+    strongest = sorted((p for p in pairs if p["omega_r_squared"] is not None), key=lambda p: -p["omega_r_squared"])[:3]
+    r2 = sorted(p["omega_r_squared"] for p in pairs if p["omega_r_squared"] is not None)
+    median = r2[len(r2) // 2] if r2 else None
+    caption = (
+        f"Head {head_label(layer, hd)} of {model}: {count(n, 'complement pair')}, {n_pass} of which {test}. "
+        f"Their ρ² ranges {fmt_num(r2[0] if r2 else None)}–{fmt_num(r2[-1] if r2 else None)} (median {fmt_num(median)}); "
+        "the strongest relations: "
+        + ", ".join(f"pair {p['pair']} (ρ² {fmt_num(p['omega_r_squared'])}, ω {fmt_num(p['omega'], 3)})" for p in strongest)
+        + ". A pair turning many times over the positions shows a ring in shape, not a colour gradient."
+    )
+    built = alt.concat(*panels, columns=COLUMNS, spacing=10, data=values(data)).properties(title=title)
+    return attach(built, caption)

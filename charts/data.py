@@ -59,8 +59,12 @@ def single_threaded(con: duckdb.DuckDBPyConnection):
         con.execute(f"set threads = {int(threads)}; set enable_progress_bar = {'true' if bar else 'false'}")
 
 
-def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict]:
-    """The result of ``sql`` as JSON-ready dicts (NaN/inf become None), computed reproducibly."""
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None, limit: int = ROW_LIMIT) -> list[dict]:
+    """The result of ``sql`` as JSON-ready dicts (NaN/inf become None), computed reproducibly.
+
+    ``limit`` is the most rows the query may return by design (Altair's limit unless the caller
+    sends the rows some other way, as the head explorer's CSV text).
+    """
     try:
         with single_threaded(con):
             cur = con.execute(sql, params or {})
@@ -73,8 +77,8 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -
         ) from None
     except duckdb.Error as exc:
         raise ChartError(f"the figure's query failed: {str(exc).splitlines()[0]}") from exc
-    if len(out) > ROW_LIMIT:  # pragma: no cover - a figure design bug, not a user error
-        raise AssertionError(f"chart query returned {len(out)} rows (> {ROW_LIMIT}); aggregate or sample in SQL")
+    if len(out) > limit:  # pragma: no cover - a figure design bug, not a user error
+        raise AssertionError(f"chart query returned {len(out)} rows (> {limit}); aggregate or sample in SQL")
     return out
 
 

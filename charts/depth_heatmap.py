@@ -9,8 +9,10 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import resolve_models, rows
-from qkdb.charts.heatmap import depth_heatmap
+from qkdb.charts.heatmap import complete, depth_heatmap, empty_note, summary
+from qkdb.charts.style import fmt_num
 
 _SQL = """
 select d.model, d.family, d.depth_bin, d.n_heads, d.{col} as value
@@ -22,22 +24,25 @@ order by d.model, d.depth_bin
 
 def _build(con: duckdb.DuckDBPyConnection, models, kind: str) -> alt.LayerChart:
     chosen = resolve_models(con, models)
-    col, scheme, label, fig = {
-        "q": ("mean_r_q", "blues", "mean r_q", "03"),
-        "k": ("mean_r_k", "reds", "mean r_k", "04"),
+    col, scheme, label, fig, seed = {
+        "q": ("mean_r_q", "blues", "mean r_q", "03", "Q position is high at every depth in every model"),
+        "k": ("mean_r_k", "reds", "mean r_k", "04", "K position varies by family: low in small Qwen3, peaking early in Llama"),
     }[kind]
-    data = rows(con, _SQL.format(col=col), {"models": chosen})
+    data = complete(con, rows(con, _SQL.format(col=col), {"models": chosen}), chosen)
     title = alt.TitleParams(
         f"Mean PC0 {label[5:]} by model and layer depth",
         subtitle=[
             f"Combined Q/K PCA (seed 003 figure {fig}): mean over the heads in each depth bin; "
-            f"{len(chosen)} model(s)."
+            f"{len(chosen)} model(s).",
+            empty_note(data),
         ],
     )
-    return depth_heatmap(
+    chart = depth_heatmap(
         data, row="model", row_title="model", row_order=chosen, value="value", value_title=label,
         scheme=scheme, title=title,
     )
+    return attach(chart, f"Mean PC0 {label[5:]} over {len(chosen)} model(s) × 10 depth bins.",
+                  summary(data, "value", "model", fmt_num), f"The seed: {seed}.")
 
 
 def build_rq(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.LayerChart:

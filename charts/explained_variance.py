@@ -9,6 +9,7 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import scoped_rows, values
 from qkdb.charts.style import fmt_pct
 
@@ -24,6 +25,13 @@ order by 1, 2
 """
 
 BAR_COLOR = "#6a51a3"
+
+# Seed 003 Finding 1 rests on these bars: a head's positional variance is the sum over PCs of EV × r².
+_POSITIONAL = """
+select coalesce(model, 'all models') as panel, mean_pos_var_q, mean_pos_var_k, mean_pc0_pos_share_q, mean_pc0_pos_share_k
+from positional_variance
+where {where}
+"""
 
 
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.Chart:
@@ -55,8 +63,32 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         ],
     )
     layer = alt.layer(bars, whiskers, labels, cumulative, data=values(data)).properties(
-        width=max(260, 38 * len(order)), height=220
+        width=max(300, 44 * len(order)), height=240
     )
     if models:
-        return layer.facet(facet=alt.Facet("panel:N", sort=chosen, title=None), columns=min(3, len(chosen))).properties(title=title)
-    return layer.properties(title=title)
+        built = layer.facet(facet=alt.Facet("panel:N", sort=chosen, title=None), columns=min(3, len(chosen))).properties(title=title)
+    else:
+        built = layer.properties(title=title)
+    _, pos = scoped_rows(con, _POSITIONAL, models)
+    return attach(built, *_caption(data, pos))
+
+
+def _caption(data: list[dict], positional: list[dict]) -> list[str]:
+    out = []
+    pos = {p["panel"]: p for p in positional}
+    for panel in dict.fromkeys(d["panel"] for d in data):
+        got = {d["pc"]: d for d in data if d["panel"] == panel}
+        pc0 = got.get(0)
+        if not pc0:
+            continue
+        last = got[max(got)]
+        text = (f"{panel} ({pc0['n_heads']:,} heads): PC0 explains {fmt_pct(pc0['mean'], 1)} on average "
+                f"(sd {fmt_pct(pc0['sd'], 1)}), the first {len(got)} PCs {fmt_pct(last['cumulative'])} together.")
+        p = pos.get(panel)
+        if p:
+            text += (f" Position-linear variance (Σ EV·r² over these PCs): Q {fmt_pct(p['mean_pos_var_q'], 1)}, "
+                     f"K {fmt_pct(p['mean_pos_var_k'], 1)}, PC0's share of it {fmt_pct(p['mean_pc0_pos_share_q'])} / "
+                     f"{fmt_pct(p['mean_pc0_pos_share_k'])}.")
+        out.append(text)
+    out.append("The seed: PC0 ≈ 34%; Q 27% and K 14% of variance linear in position, ~90% / ~74% of it on PC0.")
+    return out

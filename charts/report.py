@@ -1,115 +1,40 @@
-"""``qkdb report``: one self-contained HTML page with the models, the findings and every figure.
+"""``qkdb report``: one self-contained HTML page of the findings and every figure the data supports.
 
-The page works offline: the Vega/Vega-Lite/vega-embed JavaScript comes inline from vl-convert's
-bundle (no CDN), each figure's Vega-Lite spec sits in a ``<script type="application/json">``
-block, and one small script renders them. Figures are grouped as the seeds group them
-(cross-model PCA, cross-model rotation, training series); a figure the data cannot support is
-listed in its place with the reason (what to ingest).
+The page reads top-down as a paper would: what was ingested; a scorecard of the seeds' claims,
+each with the value measured here, its 95% interval and the verdict; the headline figures; a
+contents list of every figure; then one section per claim group (:mod:`qkdb.charts.claims`) with
+the claim, its findings rows and the figures that show it side by side, every figure captioned
+with what it shows on this data; the full findings table (filterable) last. The cross-model
+scatters link each head to its sampled points (:mod:`qkdb.charts.explorer`). It works offline:
+see :mod:`qkdb.charts.report_html`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import html
-import json
 from dataclasses import dataclass, field
 
 import duckdb
 
-from qkdb.charts import registry, style
+from qkdb.charts import claims, registry, style
+from qkdb.charts.caption import text_of
 from qkdb.charts.data import ingested, resolve_models, rows
+from qkdb.charts.explorer import shared as explorer_shared
+from qkdb.charts.report_html import STATUSES, DataStore, esc, figure_page, page, status_class, verdict
 from qkdb.errors import ChartError
+
+__all__ = ["Report", "build_report", "figure_page"]
 
 MODEL_COLUMNS = (
     "model", "family", "series", "phase", "step", "n_layers", "n_q_heads", "n_kv_heads", "head_dim",
     "n_heads", "source", "ingested_at",
 )
-STATUSES = ("holds", "does not hold", "inconclusive", "no data")
-FINDING_COLUMNS = ("id", "finding", "statement", "scope", "seed_value", "measured", "criterion", "status")
-
-CSS = """
-body { font-family: "DejaVu Sans", "Liberation Sans", Verdana, sans-serif; margin: 24px auto; max-width: 1500px;
-       color: #222; padding: 0 16px; }
-h1 { margin-bottom: 4px; } h2 { margin-top: 40px; border-bottom: 1px solid #ccc; padding-bottom: 4px; }
-h3 { margin: 28px 0 6px; font-size: 16px; }
-.meta, .desc { color: #666; font-size: 13px; }
-table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
-th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; position: sticky; top: 0; }
-tr.holds td.status { color: #1a7f37; font-weight: bold; }
-tr.does-not-hold td.status { color: #b2182b; font-weight: bold; }
-tr.inconclusive td.status { color: #8a5a00; font-weight: bold; }
-tr.no-data td { color: #999; }
-.verdicts span { font-weight: bold; margin-right: 1em; }
-.verdicts .holds { color: #1a7f37; } .verdicts .does-not-hold { color: #b2182b; }
-.verdicts .inconclusive { color: #8a5a00; } .verdicts .no-data { color: #999; }
-.figure { margin: 8px 0 24px; overflow-x: auto; }
-.missing { color: #8a5a00; background: #fff8e6; border-left: 3px solid #e0a800; padding: 6px 10px; font-size: 13px; }
-nav ul { columns: 2; font-size: 13px; }
-"""
-
-EMBED = """
-for (const el of document.querySelectorAll('script[type="application/json"][data-figure]')) {
-  const target = document.getElementById(el.dataset.figure);
-  vegaEmbed(target, JSON.parse(el.textContent), {actions: false, renderer: "svg"})
-    .catch(err => { target.textContent = "figure failed to render: " + err; });
-}
-"""
-
-
-def _esc(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return html.escape(f"{v:.6g}")
-    return html.escape(str(v))
-
-
-def _json_for_script(spec: dict) -> str:
-    # "<", ">" and "&" as JSON escapes: no "</script>" or HTML entity can appear inside the block.
-    text = json.dumps(spec, allow_nan=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _bundle() -> str:
-    import vl_convert as vlc
-
-    from qkdb.charts.render import vl_version
-
-    return vlc.javascript_bundle(vl_version=vl_version()).replace("</script", "<\\/script")
-
-
-def _page(title: str, body: list[str], has_figures: bool) -> str:
-    head = [
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title>", f"<style>{CSS}</style>",
-    ]
-    if has_figures:
-        head.append(f'<script type="text/javascript">{_bundle()}</script>')
-    tail = [f'<script type="text/javascript">{EMBED}</script>'] if has_figures else []
-    return "\n".join([*head, "</head>", "<body>", *body, *tail, "</body>", "</html>", ""])
-
-
-def _figure_block(fig_id: str, spec: dict) -> str:
-    return (
-        f'<div class="figure" id="{fig_id}"></div>\n'
-        f'<script type="application/json" data-figure="{fig_id}">{_json_for_script(spec)}</script>'
-    )
-
-
-def figure_page(spec: dict, title: str = "qkdb figure") -> str:
-    """One figure as a self-contained, offline HTML page."""
-    return _page(title, [_figure_block("figure", spec)], has_figures=True)
-
-
-def _table(columns: tuple[str, ...], data: list[dict], row_class=None) -> str:
-    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in columns) + "</tr>"]
-    for d in data:
-        cls = f' class="{row_class(d)}"' if row_class else ""
-        cells = "".join(f'<td class="{c}">{_esc(d.get(c))}</td>' for c in columns)
-        out.append(f"<tr{cls}>{cells}</tr>")
-    out.append("</table>")
-    return "\n".join(out)
+FINDING_COLUMNS = (
+    "id", "seed", "finding", "statement", "scope", "seed_value", "measured", "status", "criterion", "ci_method",
+    "n_models", "n_heads",
+)
+TABLE_COLUMNS = ("id", "finding", "statement", "scope", "seed_value", "measured", "status", "criterion")
 
 
 @dataclass
@@ -120,8 +45,29 @@ class Report:
     missing: list[tuple[str, str]] = field(default_factory=list)  # (figure, reason)
 
 
+@dataclass
+class Drawn:
+    """A figure the page shows."""
+
+    number: int
+    figure: registry.Figure
+    context: str
+    spec_id: str
+    title: str
+    subtitle: list[str]
+    caption: str
+
+    @property
+    def anchor(self) -> str:
+        return f"fig-{self.number}"
+
+    @property
+    def label(self) -> str:
+        return self.figure.name + (f" ({self.context})" if self.context else "")
+
+
 def _jobs(con: duckdb.DuckDBPyConnection, models, series) -> list[tuple[registry.Figure, dict, str]]:
-    """(figure, builder options, context label) for every figure the report tries, in seed order."""
+    """(figure, builder options, context label) for every figure the report tries, in section order."""
     infos = ingested(con)
     if series:
         series_list = [series] if isinstance(series, str) else list(series)
@@ -133,8 +79,8 @@ def _jobs(con: duckdb.DuckDBPyConnection, models, series) -> list[tuple[registry
         pooled = resolve_models(con) if infos else []
         collage_models = pooled[:1]
     jobs = []
-    for group in registry.GROUPS:
-        for fig in (f for f in registry.FIGURES.values() if f.group == group):
+    for group in claims.GROUPS:
+        for fig in (registry.FIGURES[name] for name in group.figures):
             if fig.scope == "models":
                 jobs.append((fig, {"models": models}, ""))
             elif fig.scope == "model":
@@ -144,6 +90,253 @@ def _jobs(con: duckdb.DuckDBPyConnection, models, series) -> list[tuple[registry
                 for s in series_list or [None]:
                     jobs.append((fig, {"series": s}, s or ""))
     return jobs
+
+
+def _split_title(spec: dict) -> tuple[dict, str, list[str]]:
+    """The spec without its top-level title, and that title's text and subtitle lines.
+
+    On the page the title and subtitle are HTML above and below the figure: the drawing keeps its
+    whole width for the plot instead of a subtitle line as wide as the page.
+    """
+    spec = dict(spec)
+    t = spec.pop("title", None)
+    if isinstance(t, dict):
+        text, sub = t.get("text", ""), t.get("subtitle", [])
+    else:
+        text, sub = t or "", []
+    text = " ".join(text) if isinstance(text, list) else str(text)
+    sub = [sub] if isinstance(sub, str) else [s for s in sub if s]
+    return spec, text, sub
+
+
+class _Figures:
+    """Builds the page's figures and keeps their specs (data in one store)."""
+
+    def __init__(self, con, progress):
+        from qkdb.charts.api import chart
+
+        self.con, self.chart, self.progress = con, chart, progress
+        self.store = DataStore()
+        self.specs: dict[str, dict] = {}
+        self.drawn: list[Drawn] = []
+        self.missing: list[tuple[str, str]] = []
+        self.missing_by_group: dict[str, list[tuple[str, str, str]]] = {}
+
+    def add(self, spec: dict) -> str:
+        spec_id = f"s{len(self.specs) + 1}"
+        self.specs[spec_id] = self.store.take(spec)
+        return spec_id
+
+    def build(self, group: claims.ClaimGroup, fig: registry.Figure, opts: dict, context: str) -> Drawn | None:
+        label = fig.name + (f" ({context})" if context else "")
+        try:
+            built = self.chart(fig.name, self.con, **opts, **({"interactive": True} if fig.interactive else {}))
+            # Not validated against the schema here (a third of the build time): the test-suite
+            # validates every figure's spec, static and interactive.
+            spec = built.to_dict(validate=False)
+        except ChartError as exc:
+            self.missing.append((label, str(exc)))
+            self.missing_by_group.setdefault(group.key, []).append((fig.name, context, str(exc)))
+            if self.progress:
+                self.progress(label, False)
+            return None
+        spec, title, sub = _split_title(spec)
+        drawn = Drawn(len(self.drawn) + 1, fig, context, self.add(spec), title, sub, text_of(spec))
+        self.drawn.append(drawn)
+        if self.progress:
+            self.progress(label, True)
+        return drawn
+
+    def front(self) -> list[Drawn]:
+        """The headline figures: the first ones drawn of :data:`claims.FRONT` (their specs are reused)."""
+        out = []
+        for name in claims.FRONT:
+            d = next((d for d in self.drawn if d.figure.name == name), None)
+            if d is not None:
+                out.append(d)
+            if len(out) == claims.N_FRONT:
+                break
+        return out
+
+
+def _figure_html(d: Drawn, link: bool = False) -> str:
+    tag = f"{html.escape(d.figure.seed_figure)} · <code>{html.escape(d.figure.name)}</code>"
+    if d.context:
+        tag += f" · {html.escape(d.context)}"
+    title = f"Figure {d.number}. {html.escape(d.title)}"
+    if link:
+        title = f'<a href="#{d.anchor}">{title}</a>'
+    sub = "".join(f'<span class="sub">{html.escape(s)}</span>' for s in d.subtitle)
+    return (
+        f'<figure id="{d.anchor if not link else d.anchor + "-front"}" data-figure="{html.escape(d.figure.name)}">'
+        f'<div class="figtitle">{title} <span class="tag">{tag}</span></div>'
+        f'<div class="vis" data-spec="{d.spec_id}"></div>'
+        f"<figcaption>{sub}{html.escape(d.caption)}</figcaption></figure>"
+    )
+
+
+def _missing_html(name: str, context: str, reason: str) -> str:
+    what = name + (f" ({context})" if context else "")
+    return f'<p class="missing" data-missing="{html.escape(name)}">Not shown: <code>{html.escape(what)}</code>: {html.escape(reason)}</p>'
+
+
+def _row_values(r: dict) -> str:
+    return f"seed {esc(r.get('seed_value'))} · here {esc(r.get('measured')) or '—'}"
+
+
+def _group_rows(group: claims.ClaimGroup, findings: list[dict]) -> list[dict]:
+    return [r for r in findings if claims.group_of(r["id"]) is group]
+
+
+def _tally(rs: list[dict]) -> str:
+    chips = []
+    for s in STATUSES:
+        n = sum(r.get("status") == s for r in rs)
+        if n:
+            chips.append(f'<i class="{status_class(s)}" title="{n} {html.escape(s)}">{n}</i>')
+    return f'<span class="tally">{"".join(chips)}</span>'
+
+
+def _headline(group: claims.ClaimGroup, rs: list[dict]) -> dict | None:
+    return next((r for r in rs if r["id"] == group.headline), rs[0] if rs else None)
+
+
+def _scorecard(findings: list[dict]) -> str:
+    out = ['<table class="scorecard"><colgroup><col style="width:50%"><col style="width:12%"><col style="width:20%">'
+           '<col style="width:9%"><col style="width:9%"></colgroup>'
+           '<thead><tr><th>claim</th><th>seed says</th><th>measured here [95% interval]</th>'
+           "<th>verdict</th><th>all its rows</th></tr></thead><tbody>"]
+    for g in claims.GROUPS:
+        rs = _group_rows(g, findings)
+        h = _headline(g, rs) or {}
+        out.append(
+            f'<tr class="{status_class(h.get("status"))}">'
+            f'<td class="claim"><span class="seedtag">{g.seed} · {html.escape(g.label)}</span> '
+            f'<a href="#{g.anchor}">{html.escape(g.claim)}</a></td>'
+            f'<td class="num">{esc(h.get("seed_value"))}</td><td class="num">{esc(h.get("measured")) or "—"}</td>'
+            f'<td>{verdict(h.get("status"))}</td><td>{_tally(rs)}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _claim_section(group: claims.ClaimGroup, findings: list[dict], drawn: list[Drawn], fig_index: dict,
+                   missing: list[tuple[str, str, str]]) -> str:
+    rs = _group_rows(group, findings)
+    h = _headline(group, rs)
+    card = [f'<div class="seedtag">{html.escape(claims.SEEDS[group.seed])} · {html.escape(group.label)}</div>',
+            f'<h3 class="claimtext">{html.escape(group.claim)}</h3>']
+    if h:
+        card.append(
+            f'<div class="headline">{verdict(h.get("status"))} <span class="value">{esc(h.get("measured")) or "no data"}</span>'
+            f'<br><span class="vals">{esc(h.get("statement"))} · seed {esc(h.get("seed_value"))} · '
+            f'{esc(h.get("criterion"))}</span></div>'
+        )
+    # Rows that measure one statement in several scopes (per family, per group of models) share it.
+    by_statement: dict[str, list[dict]] = {}
+    for r in rs:
+        by_statement.setdefault(r.get("statement") or "", []).append(r)
+    for statement, group_rows in by_statement.items():
+        card.append(f'<div class="stmt">{esc(statement)}</div><ul class="rows">')
+        card.extend(
+            f'<li id="c-{html.escape(r["id"])}">{verdict(r.get("status"))} '
+            f'<a href="#f-{html.escape(r["id"])}" title="{html.escape(r["id"])}">{esc(r.get("scope"))}</a>'
+            f'<span class="vals">{_row_values(r)}</span></li>'
+            for r in group_rows
+        )
+        card.append("</ul>")
+    see = [fig_index[n] for n in group.see if n in fig_index]
+    if see:
+        card.append('<div class="see">Also shown in: ' + ", ".join(
+            f'<a href="#{d.anchor}">Figure {d.number}</a> (<code>{html.escape(d.figure.name)}</code>)' for d in see
+        ) + "</div>")
+    figs = [_figure_html(d) for d in drawn] + [_missing_html(*m) for m in missing]
+    if not figs:
+        figs = ['<p class="meta">No figure of its own: the claim is one number, in the table beside it.</p>']
+    return (f'<section class="claim" id="{group.anchor}"><div class="claim-card">{"".join(card)}</div>'
+            f'<div class="figures">{"".join(figs)}</div></section>')
+
+
+def _findings_table(findings: list[dict], fig_index: dict) -> str:
+    scopes = sorted({r.get("scope") or "" for r in findings})
+    options = lambda values: "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)  # noqa: E731
+    filters = (
+        '<div class="filters">'
+        f'<label>verdict <select data-filter="status"><option value="">all</option>{options(STATUSES)}</select></label>'
+        f'<label>seed <select data-filter="seed"><option value="">all</option>{options(["003", "002"])}</select></label>'
+        f'<label>scope <select data-filter="scope"><option value="">all</option>{options(scopes)}</select></label>'
+        '<label>text <input type="search" data-filter="text" placeholder="id, statement, …"></label>'
+        '<span id="findings-shown" class="meta"></span></div>'
+    )
+    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in TABLE_COLUMNS) + "<th>figures</th>"
+    out = [filters, f'<table class="findings"><thead><tr>{head}</tr></thead><tbody>']
+    for r in findings:
+        figs = [fig_index[n] for n in claims.figures_for(r["id"]) if n in fig_index]
+        links = " ".join(f'<a href="#{d.anchor}" title="{html.escape(d.figure.name)}">{d.number}</a>' for d in figs)
+        cells = "".join(f'<td class="{c}">{esc(r.get(c))}</td>' for c in TABLE_COLUMNS)
+        out.append(
+            f'<tr id="f-{html.escape(r["id"])}" class="{status_class(r.get("status"))}" data-status="{esc(r.get("status"))}" '
+            f'data-seed="{esc(r.get("seed"))}" data-scope="{esc(r.get("scope"))}">{cells}<td class="figs">{links}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _contents(drawn: list[Drawn]) -> str:
+    out = ['<nav class="contents" id="contents"><h2>Figures</h2><ol>']
+    current = None
+    for d in drawn:
+        g = claims.home_of(d.figure.name)
+        if g.seed != current:
+            current = g.seed
+            out.append(f'<li class="group">{html.escape(claims.SEEDS[g.seed])}</li>')
+        out.append(f'<li value="{d.number}"><a href="#{d.anchor}">{html.escape(d.title)}</a> '
+                   f'<span class="seedtag">{html.escape(d.label)}</span></li>')
+    out.append('</ol><p class="meta"><a href="#findings">The full findings table</a>'
+               ' · <a href="#scorecard">the scorecard</a></p></nav>')
+    return "\n".join(out)
+
+
+def _ingested(con: duckdb.DuckDBPyConnection, infos) -> tuple[str, str]:
+    """The lead paragraph on what was ingested, and the models table (collapsed)."""
+    if not infos:
+        return ('<p class="missing">No model is ingested: run <code>qkdb ingest --model NAME</code> first.</p>', "")
+    # Timestamps as text: fetching TIMESTAMPTZ into Python would need pytz.
+    cols = ", ".join(
+        "strftime(ingested_at, '%Y-%m-%d %H:%M UTC') as ingested_at" if c == "ingested_at" else c for c in MODEL_COLUMNS
+    )
+    model_rows = rows(con, f"select {cols} from models")
+    order = {i.model: k for k, i in enumerate(infos)}
+    model_rows.sort(key=lambda r: order.get(r["model"], 0))
+    pooled = [i.model for i in infos if i.pooled]
+    n_heads = sum(r["n_heads"] or 0 for r in model_rows)
+    n_pooled = sum(r["n_heads"] or 0 for r in model_rows if r["model"] in set(pooled))
+    families = sorted({i.family for i in infos if i.family})
+    series: dict[str, int] = {}
+    for i in infos:
+        if i.series:
+            series[i.series] = series.get(i.series, 0) + 1
+    sources: dict[str, int] = {}
+    for r in model_rows:
+        sources[r["source"] or "unknown"] = sources.get(r["source"] or "unknown", 0) + 1
+    standalone = sum(1 for i in infos if not i.series)
+    parts = [f"<b>{len(infos)} model{'s' if len(infos) != 1 else ''}</b> ingested, {n_heads:,} query heads: "
+             f"{standalone} standalone"]
+    if series:
+        parts.append(" and " + ", ".join(f"training series <code>{html.escape(s)}</code> ({n} checkpoints)"
+                                         for s, n in series.items()))
+    parts.append(f"; {len(families)} famil{'ies' if len(families) != 1 else 'y'} ({html.escape(', '.join(families))}). ")
+    parts.append(f"Cross-model figures and the family and overall findings pool {len(pooled)} model(s), {n_pooled:,} heads "
+                 "(every standalone model and each series' latest checkpoint). ")
+    parts.append("Sources: " + ", ".join(f"{html.escape(k)} ({v})" for k, v in sources.items()) + ".")
+    if set(sources) == {"simulate"}:
+        parts.append(" <b>All of them are simulated</b> (<code>qkdb simulate</code>): the numbers below test the "
+                     "pipeline, they say nothing about real models.")
+    table = ['<details><summary>The ingested models</summary><table class="models"><thead><tr>'
+             + "".join(f"<th>{html.escape(c)}</th>" for c in MODEL_COLUMNS) + "</tr></thead><tbody>"]
+    table += ["<tr>" + "".join(f'<td class="{c}">{esc(r.get(c))}</td>' for c in MODEL_COLUMNS) + "</tr>" for r in model_rows]
+    table.append("</tbody></table></details>")
+    return f'<p class="lead">{"".join(parts)}</p>', "\n".join(table)
 
 
 def build_report(
@@ -156,82 +349,77 @@ def build_report(
 ) -> Report:
     """The report page and what it shows; ``progress(name, ok)`` is called after each figure."""
     from qkdb import api
-    from qkdb.charts.api import chart
 
+    claims.check()
     infos = ingested(con)
     report = Report(html="")
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body.append(
-        f'<p class="meta">Generated {now} by qkdb {html.escape(api.version())}: {len(infos)} model(s) ingested. '
-        "Figures follow the seeds: combined Q/K PCA (seed 003) and planar rotation (seed 002).</p>"
-    )
-    sections: list[str] = []
-    # Models
-    # Timestamps as text: fetching TIMESTAMPTZ into Python would need pytz.
-    cols = ", ".join(
-        "strftime(ingested_at, '%Y-%m-%d %H:%M UTC') as ingested_at" if c == "ingested_at" else c for c in MODEL_COLUMNS
-    )
-    model_rows = rows(con, f"select {cols} from models") if infos else []
-    order = {i.model: k for k, i in enumerate(infos)}
-    model_rows.sort(key=lambda r: order.get(r["model"], 0))
-    sections.append('<h2 id="models">Models</h2>')
-    sections.append(_table(MODEL_COLUMNS, model_rows) if model_rows else
-                    '<p class="missing">No model is ingested: run `qkdb ingest --model NAME` first.</p>')
-    # Findings
-    sections.append('<h2 id="findings">Findings</h2>')
+    lead, models_table = _ingested(con, infos)
     try:
-        findings = report.findings = rows(con, f"select {', '.join(FINDING_COLUMNS)} from findings")
-        counts = {s: sum(1 for f in findings if f.get("status") == s) for s in STATUSES}
-        sections.append(
-            '<p class="verdicts">' + "".join(
-                f'<span class="{s.replace(" ", "-")}">{counts[s]} {html.escape(s)}</span>' for s in STATUSES
-            ) + "</p>"
+        report.findings = rows(con, f"select {', '.join(FINDING_COLUMNS)} from findings")
+        findings_error = None
+    except ChartError as exc:
+        findings_error = str(exc)
+    findings = report.findings
+
+    jobs = _jobs(con, models, series)
+    figs = _Figures(con, progress)
+    by_group: dict[str, list[Drawn]] = {}
+    with explorer_shared():
+        for group in claims.GROUPS:
+            for fig, opts, context in (j for j in jobs if j[0].name in group.figures):
+                d = figs.build(group, fig, opts, context)
+                if d is not None:
+                    by_group.setdefault(group.key, []).append(d)
+    # Figures are numbered in page order: sections follow claims.GROUPS, as the jobs do.
+    front = figs.front()
+    fig_index = {}
+    for d in figs.drawn:
+        fig_index.setdefault(d.figure.name, d)
+    report.shown = [d.label for d in figs.drawn]
+    report.missing = figs.missing
+
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    counts = {s: sum(1 for f in findings if f.get("status") == s) for s in STATUSES}
+    body = ["<main>", f"<h1>{html.escape(title)}</h1>",
+            f'<p class="meta">Generated {now} by qkdb {html.escape(api.version())} · the seeds: combined Q/K PCA '
+            "(seed 003) and planar rotation (seed 002) · every number below is computed from the warehouse.</p>",
+            lead, models_table]
+    body.append('<h2 id="scorecard" style="margin-top:22px">Scorecard: the seeds\' claims, measured here</h2>')
+    if findings_error:
+        body.append(f'<p class="missing">The findings view cannot be read: {html.escape(findings_error)}</p>')
+    else:
+        body.append('<p class="verdicts">' + "".join(
+            f'<span class="{status_class(s)}">{counts[s]} {html.escape(s)}</span>' for s in STATUSES
+        ) + f'<span class="meta">of {len(findings)} findings rows</span></p>')
+        body.append(
+            '<p class="meta">One row per claim: the seed\'s value, the value measured on the ingested models with its 95% '
+            "interval, and the verdict. A claim <em>holds</em> or <em>does not hold</em> only when the interval decides it "
+            "against the criterion; otherwise it is <em>inconclusive</em> (docs/findings.md). The chips count all the "
+            "claim's rows by verdict; the claim's section has each of them.</p>"
         )
-        sections.append(
-            '<p class="desc">Each headline finding of the seeds, measured on the ingested models with its 95% '
-            "interval in brackets (view <code>findings</code>). A claim <em>holds</em> or <em>does not hold</em> "
-            "only when the interval decides it against the criterion; otherwise it is <em>inconclusive</em>. "
-            "Methods and margins: <code>qkdb describe findings</code>, docs/findings.md.</p>"
-        )
-        sections.append(_table(FINDING_COLUMNS, findings, row_class=lambda d: (d.get("status") or "").replace(" ", "-")))
-    except (ChartError, duckdb.Error) as exc:
-        sections.append(f'<p class="missing">The findings view cannot be read: {html.escape(str(exc))}</p>')
-    # Figures, grouped as the seeds group them
-    toc = ['<li><a href="#models">Models</a></li>', '<li><a href="#findings">Findings</a></li>']
-    current_group = None
-    n = 0
-    for fig, opts, context in _jobs(con, models, series):
-        if fig.group != current_group:
-            current_group = fig.group
-            sections.append(f'<h2 id="group-{fig.group}">{html.escape(registry.GROUPS[fig.group])}</h2>')
-            toc.append(f'<li><a href="#group-{fig.group}">{html.escape(registry.GROUPS[fig.group])}</a></li>')
-        label = fig.name + (f" ({context})" if context else "")
-        sections.append(
-            f"<h3>{html.escape(fig.seed_figure)} · <code>{html.escape(fig.name)}</code>"
-            + (f" · {html.escape(context)}" if context else "")
-            + f'</h3>\n<p class="desc">{html.escape(fig.description)}</p>'
-        )
-        try:
-            spec = chart(fig.name, con, **opts).to_dict(validate=True)
-        except ChartError as exc:
-            report.missing.append((label, str(exc)))
-            sections.append(f'<p class="missing" data-missing="{html.escape(fig.name)}">Not shown: {html.escape(str(exc))}</p>')
-            if progress:
-                progress(label, False)
-            continue
-        n += 1
-        report.shown.append(label)
-        sections.append(_figure_block(f"fig-{n}-{fig.name}", spec))
-        if progress:
-            progress(label, True)
+        body.append(_scorecard(findings))
+    if front:
+        body.append('<h2 id="headline-figures" style="margin-top:26px">Headline figures</h2><div class="front-figures">')
+        body.extend(_figure_html(d, link=True) for d in front)
+        body.append("</div>")
+    body.append(_contents(figs.drawn))
+    for seed, seed_title in claims.SEEDS.items():
+        body.append(f'<div class="part" id="seed-{seed}"><h2>{html.escape(seed_title)}</h2></div>')
+        for group in (g for g in claims.GROUPS if g.seed == seed):
+            body.append(_claim_section(group, findings, by_group.get(group.key, []), fig_index,
+                                       figs.missing_by_group.get(group.key, [])))
+    body.append('<div class="part" id="findings"><h2>All findings</h2></div>')
+    body.append(
+        '<p class="meta">Every row of the <code>findings</code> view (<code>qkdb findings</code>, '
+        "<code>qkdb describe findings</code>): the value measured here with its 95% interval in brackets, the verdict and "
+        "its criterion; the last column links the figures that show the row's claim.</p>"
+    )
+    body.append(_findings_table(findings, fig_index) if findings else '<p class="meta">No findings rows.</p>')
     if report.missing:
-        sections.append('<h2 id="not-shown">Figures the data cannot support</h2><ul>')
-        sections.extend(f"<li><code>{html.escape(name)}</code>: {html.escape(reason)}</li>" for name, reason in report.missing)
-        sections.append("</ul>")
-        toc.append('<li><a href="#not-shown">Figures the data cannot support</a></li>')
-    body.append("<nav><ul>" + "".join(toc) + "</ul></nav>")
-    body.extend(sections)
-    body.append(f'<p class="meta">Fonts: {html.escape(style.FONT_STACK)}. Rendered offline with the bundled Vega-Lite.</p>')
-    report.html = _page(title, body, has_figures=n > 0)
+        body.append('<div class="part" id="not-shown"><h2>Figures the data cannot support</h2></div><ul>')
+        body.extend(f"<li><code>{html.escape(name)}</code>: {html.escape(reason)}</li>" for name, reason in report.missing)
+        body.append("</ul>")
+    body.append(f'<p class="meta">Fonts: {html.escape(style.FONT_STACK)}. Rendered in the browser from the inline '
+                "Vega-Lite specs; the page loads nothing from the network.</p></main>")
+    report.html = page(title, body, figs.specs, figs.store)
     return report

@@ -1,7 +1,7 @@
 """Rotation figure 06: |r_k| on the drift axis and the recency bias (×10³) per model and depth bin.
 
 Source: view ``depth_profile`` (model rows). Left: mean |r_k_a| on ``Reds`` 0..1; right: mean
-bias_strength ×10³ on a diverging scale centred at zero (orange = recency, blue = primacy).
+bias strength ×10³ on a diverging scale centred at zero (orange = recency, blue = primacy).
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import resolve_models, rows
-from qkdb.charts.heatmap import depth_heatmap
+from qkdb.charts.heatmap import complete, depth_heatmap, empty_note, summary
+from qkdb.charts.style import fmt_num
 
 _SQL = """
 select model, depth_bin, n_heads, mean_abs_r_k_a as abs_r_k_a, mean_bias_strength * 1e3 as bias_e3
@@ -23,7 +25,7 @@ order by model, depth_bin
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.HConcatChart:
     """Two annotated heatmaps side by side: mean |r_k_a| and mean bias ×10³ per model × depth bin."""
     chosen = resolve_models(con, models)
-    data = rows(con, _SQL, {"models": chosen})
+    data = complete(con, rows(con, _SQL, {"models": chosen}), chosen)
     biggest = max((abs(d["bias_e3"]) for d in data if d["bias_e3"] is not None), default=1.0) or 1.0
     left = depth_heatmap(
         data, row="model", row_title="model", row_order=chosen, value="abs_r_k_a", value_title="mean |r_k| on a",
@@ -33,11 +35,22 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         data, row="model", row_title="model", row_order=chosen, value="bias_e3", value_title="bias ×10³",
         scheme="blueorange", domain=(-biggest, biggest), domain_mid=0.0, fmt=".1f",
         light_text_above=0.6 * biggest, show_rows=False,
-        title=alt.TitleParams("Recency bias: mean μ_Q^a · α_K ×10³", fontSize=13),
+        title=alt.TitleParams("Recency bias: mean bias strength ×10³ per token", fontSize=13),
     )
-    return alt.hconcat(left, right, spacing=24).resolve_scale(color="independent").properties(
+    chart = alt.hconcat(left, right, spacing=24).resolve_scale(color="independent").properties(
         title=alt.TitleParams(
             "Layer-depth heatmaps of the rotation model",
-            subtitle=["Planar rotation (seed 002 figure 06): means over the heads in each relative-depth bin."],
+            subtitle=["Planar rotation (seed 002 figure 06): means over the heads in each relative-depth bin; "
+                      "bias strength = (Q mean on axis a) × (K drift slope on a).", empty_note(data)],
         )
     )
+    return attach(
+        chart,
+        f"Left (mean |r_k| on the drift axis): {_lower(summary(data, 'abs_r_k_a', 'model', fmt_num))}",
+        f"Right (mean bias ×10³): {_lower(summary(data, 'bias_e3', 'model', lambda v: fmt_num(v, 1)))}",
+        "The seed: early layers encode position more strongly.",
+    )
+
+
+def _lower(sentence: str) -> str:
+    return sentence[:1].lower() + sentence[1:]

@@ -2,7 +2,8 @@
 
 Source: view ``taxonomy`` (per head) and ``params`` (the thresholds in force, 0.7 / 0.3 by default).
 r_k keeps its canonical sign (positive: K's position gradient runs with Q's), so the |r_k|
-thresholds appear as lines at ±high and ±low. The subtitle gives the category fractions.
+thresholds appear as lines at ±high and ±low. The subtitle gives the category fractions. With
+``interactive=True`` (the report) a click on a head shows its points (:mod:`qkdb.charts.explorer`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach, count
 from qkdb.charts.data import MAX_HEAD_ROWS, families_of, resolve_models, rows, values
+from qkdb.charts.explorer import Explorer, explorer
 from qkdb.charts.rules import hlines, taxonomy_thresholds, vlines
-from qkdb.charts.style import CATEGORIES, PANEL, family_scale, fmt_pct
+from qkdb.charts.style import CATEGORIES, PANEL, family_scale, fmt_num, fmt_pct
 
 # Sampling happens after the fractions are counted, so they describe every selected head.
 _SQL = """
@@ -34,6 +37,15 @@ where list_contains($models, model) and category is not null
 group by category
 """
 
+_BY_FAMILY = """
+select family, count(*) as n, avg((category = 'position-dominated')::int) as pos_dom,
+       median(r_q) as median_r_q, median(r_k) as median_r_k
+from taxonomy
+where list_contains($models, model) and category is not null
+group by family
+order by pos_dom desc, family
+"""
+
 
 def fraction_text(con: duckdb.DuckDBPyConnection, models: list[str]) -> tuple[str, int]:
     """The category fractions of the models' heads as one line, and how many heads have a category."""
@@ -43,31 +55,55 @@ def fraction_text(con: duckdb.DuckDBPyConnection, models: list[str]) -> tuple[st
     return " · ".join(f"{c} {fmt_pct(frac.get(c, 0.0), 1)}" for c in CATEGORIES), total
 
 
-def scatter(data: list[dict], high: float, low: float, color: alt.Color, width: int = 340, height: int = 300):
-    """The r_q/r_k scatter with taxonomy lines, as a layer (facet-ready: rules come from the data)."""
-    base = alt.Chart()
+def axes() -> tuple[alt.X, alt.Y]:
     x = alt.X("r_q:Q", title="PC0 r_q", scale=alt.Scale(domain=[-0.1, 1.0]),
               axis=alt.Axis(values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
     y = alt.Y("r_k:Q", title="PC0 r_k", scale=alt.Scale(domain=[-1.0, 1.0]),
               axis=alt.Axis(values=[-1.0, -0.7, -0.3, 0, 0.3, 0.7, 1.0]))
-    points = base.mark_circle(size=22, opacity=0.65).encode(
-        x=x, y=y, color=color,
-        tooltip=["model:N", "layer:Q", "head:Q", alt.Tooltip("r_q:Q", format=".3f"),
-                 alt.Tooltip("r_k:Q", format=".3f"), "category:N"],
-    )
+    return x, y
+
+
+TOOLTIP = ["model:N", "layer:Q", "head:Q", alt.Tooltip("r_q:Q", format=".3f"), alt.Tooltip("r_k:Q", format=".3f"), "category:N"]
+
+
+def scatter(data: list[dict], high: float, low: float, color: alt.Color, width: int = 340, height: int = 300):
+    """The r_q/r_k scatter with taxonomy lines, as a layer (facet-ready: rules come from the data)."""
+    base = alt.Chart()
+    x, y = axes()
+    points = base.mark_circle(size=22, opacity=0.65).encode(x=x, y=y, color=color, tooltip=TOOLTIP)
     return alt.layer(
         vlines(base, [low, high]), hlines(base, [-high, -low, low, high]), points, data=values(data) if data is not None else alt.Undefined
     ).properties(width=width, height=height)
 
 
-def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.LayerChart:
+def _interactive(ex: Explorer, data, fams, color, high, low, title) -> alt.HConcatChart:
+    ex.mark(data)
+    base = alt.Chart().transform_filter(Explorer.filter_expr())
+    x, y = axes()
+    points = base.mark_circle(size=22, opacity=0.5).encode(x=x, y=y, color=color, tooltip=TOOLTIP)
+    view = "rq_vs_rk_pick_0"  # Altair renames a unit in a concatenated layer to "<base>_<position>"
+    main = alt.layer(
+        vlines(alt.Chart(), [low, high]), hlines(alt.Chart(), [-high, -low, low, high]), points,
+        ex.pickable(base, x, y, color, view, TOOLTIP), Explorer.highlight(alt.Chart(), x, y),
+    ).properties(width=PANEL + 140, height=PANEL + 140)
+    header = "'PC0 r_q ' + format(datum.r_q, '.2f') + ' · r_k ' + format(datum.r_k, '.2f') + ' · ' + datum.category"
+    chart = alt.hconcat(main, ex.detail(header), spacing=24, data=values(data)).properties(
+        title=alt.TitleParams(title.text, subtitle=[*title.subtitle, ex.note(len(data))])
+    )
+    chart = chart.add_params(*ex.filters(fams))
+    chart.params = [*chart.params, Explorer.selection([view], Explorer.initial(data))]
+    return chart
+
+
+def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, interactive: bool = False, **opts):
     """Per-head PC0 r_q vs r_k, coloured by family, with the taxonomy thresholds."""
     chosen = resolve_models(con, models)
     high, low = taxonomy_thresholds(con)
     data = rows(con, _SQL, {"models": chosen, "limit": MAX_HEAD_ROWS})
     fractions, total = fraction_text(con, chosen)
-    shown = f"{len(data)} heads" if len(data) == total else f"a sample of {len(data)} of {total} heads"
-    color = alt.Color("family:N", scale=family_scale(families_of(con, chosen)), title="family")
+    shown = f"{len(data):,} heads" if len(data) == total else f"a sample of {len(data):,} of {total:,} heads"
+    fams = families_of(con, chosen)
+    color = alt.Color("family:N", scale=family_scale(fams), title="family", legend=alt.Legend(symbolOpacity=1))
     title = alt.TitleParams(
         "PC0 r_q vs r_k per head",
         subtitle=[
@@ -76,4 +112,22 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
             fractions,
         ],
     )
-    return scatter(data, high, low, color, width=PANEL + 140, height=PANEL + 140).properties(title=title)
+    fam = rows(con, _BY_FAMILY, {"models": chosen})
+    caption = [
+        f"{count(total, 'head')} of {count(len(chosen), 'model')}"
+        + ("" if len(data) == total else f" ({len(data):,} drawn, a deterministic sample; shares count them all)")
+        + f": {fractions.replace(' · ', ', ')}.",
+    ]
+    if len(fam) > 1:
+        top, bottom = fam[0], fam[-1]
+        caption.append(
+            f"Position-dominated heads are commonest in {top['family']} ({fmt_pct(top['pos_dom'])}) and rarest in "
+            f"{bottom['family']} ({fmt_pct(bottom['pos_dom'])}); family medians run from r_q "
+            f"{fmt_num(min(f['median_r_q'] for f in fam))} to {fmt_num(max(f['median_r_q'] for f in fam))} and r_k "
+            f"{fmt_num(min(f['median_r_k'] for f in fam))} to {fmt_num(max(f['median_r_k'] for f in fam))}."
+        )
+    ex = explorer(con, chosen) if interactive else None
+    if ex is not None and ex.keys:  # no stored points (ingest --points 0): nothing to link
+        return attach(_interactive(ex, data, fams, color, high, low, title), *caption)
+    built = scatter(data, high, low, color, width=PANEL + 140, height=PANEL + 140).properties(title=title)
+    return attach(built, *caption)

@@ -1,7 +1,7 @@
 """Rotation figure 10: the recency bias over training split into its factors, bias = mu_q_a · alpha_k.
 
-Source: view ``bias_decomposition``: per checkpoint the mean μ_Q^a, mean α_K (×10³) and mean bias
-(×10³), a panel each. Panel headers give the change of the last checkpoint against the baseline
+Source: view ``bias_decomposition``: per checkpoint the mean Q mean on axis a (``mu_q_a``), the mean
+K drift slope (``alpha_k``, ×10³) and the mean bias (×10³), a panel each. Panel headers give the change of the last checkpoint against the baseline
 (the series' last checkpoint before long-context training, see the view), which is where the seed
 reads its −91% bias, −93% α_K and +43% μ_Q^a.
 """
@@ -11,13 +11,15 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import rows, values
 from qkdb.charts.series import Series
+from qkdb.charts.style import ALPHA_K_E3, BIAS_DEF, MU_Q_A, fmt_num
 
 FACTORS = (
-    ("mean_mu_q_a", "pct_mu_q_a_vs_baseline", "μ_Q^a (Q mean on axis a)", 1.0),
-    ("mean_alpha_k", "pct_alpha_k_vs_baseline", "α_K ×10³ (K drift slope)", 1e3),
-    ("mean_bias_strength", "pct_bias_vs_baseline", "bias ×10³ = μ_Q^a · α_K", 1e3),
+    ("mean_mu_q_a", "pct_mu_q_a_vs_baseline", MU_Q_A, 1.0),
+    ("mean_alpha_k", "pct_alpha_k_vs_baseline", ALPHA_K_E3, 1e3),
+    ("mean_bias_strength", "pct_bias_vs_baseline", "bias strength ×10³ = product", 1e3),
 )
 COLORS = ("#2166ac", "#b2182b", "#542788")
 
@@ -42,7 +44,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         end = next((d for d in data if d["model"] == last and d["factor"] == label), None)
         change = ""
         if end and end["pct"] is not None and end["long_context"] and end["baseline_model"] != last:
-            change = f": {_signed_pct(end['pct'])} vs {s.by_model[end['baseline_model']]['checkpoint']}"
+            change = f"|{_signed_pct(end['pct'])} vs {s.by_model[end['baseline_model']]['checkpoint']}"
         headers[label] = label + change
     for d in data:
         d["panel"] = headers[d["factor"]]
@@ -56,13 +58,28 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
                  alt.Tooltip("pct:Q", title="% vs baseline", format="+.1f")],
     )
     layer = alt.layer(s.shading(base), line, data=values(data)).properties(
-        width=max(240, 40 * len(s.order)), height=180
+        width=max(280, 30 * len(s.order)), height=180
     )
-    return layer.facet(
-        facet=alt.Facet("panel:N", sort=order, title=None), columns=3,
+    built = layer.facet(
+        # "label|change" headers on two lines: on one they were cut off at the panel's width.
+        facet=alt.Facet("panel:N", sort=order, title=None,
+                        header=alt.Header(labelExpr="split(datum.label, '|')", labelLimit=0)), columns=3,
     ).resolve_scale(y="independent").properties(
         title=alt.TitleParams(
-            "Bias decomposition over training: bias = μ_Q^a · α_K",
-            subtitle=[f"Planar rotation (seed 002 figure 10), {s.subtitle()}; means over heads."],
+            "Bias decomposition over training",
+            subtitle=[f"Planar rotation (seed 002 figure 10), {s.subtitle()}; means over heads; {BIAS_DEF}."],
         )
+    )
+    ends = {(d["model"], d["factor"]): d for d in data}
+    moves = []
+    for _, _, label, _ in FACTORS:
+        a, b = ends.get((s.models[0], label)), ends.get((last, label))
+        if a and b:
+            change = headers[label][len(label):].lstrip("|")
+            moves.append(f"{label.split(' (')[0].split(' =')[0]} {fmt_num(a['value'])} → {fmt_num(b['value'])}"
+                         + (f" ({change})" if change else ""))
+    return attach(
+        built,
+        f"Over {len(s.order)} checkpoints of {s.name}, first to last: " + "; ".join(moves) + ".",
+        "The seed: in long-context training bias strength −91% and the K slope −93%, while the Q mean on a grows +43%.",
     )

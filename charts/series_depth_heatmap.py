@@ -9,9 +9,11 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import rows
-from qkdb.charts.heatmap import depth_heatmap
+from qkdb.charts.heatmap import complete, depth_heatmap, empty_note, summary
 from qkdb.charts.series import Series
+from qkdb.charts.style import fmt_num
 
 _SQL = """
 select model, depth_bin, n_heads, {col} as value
@@ -23,16 +25,21 @@ order by model, depth_bin
 
 def _build(con: duckdb.DuckDBPyConnection, series, kind: str) -> alt.LayerChart:
     s = Series(con, series)
-    col, scheme, label, fig = {"q": ("mean_r_q", "blues", "mean r_q", "10"), "k": ("mean_r_k", "reds", "mean r_k", "11")}[kind]
-    data = s.label(rows(con, _SQL.format(col=col), {"models": s.models}))
-    return depth_heatmap(
+    col, scheme, label, fig, seed = {
+        "q": ("mean_r_q", "blues", "mean r_q", "10", "Q position is uniform across layers by step 1.2M"),
+        "k": ("mean_r_k", "reds", "mean r_k", "11", "K position is stronger in early layers and drops in long-context training"),
+    }[kind]
+    data = s.label(complete(con, rows(con, _SQL.format(col=col), {"models": s.models}), s.models))
+    chart = depth_heatmap(
         data, row="checkpoint", row_title="checkpoint", row_order=s.order, value="value", value_title=label,
         scheme=scheme,
         title=alt.TitleParams(
             f"Mean PC0 {label[5:]} over training and layer depth",
-            subtitle=[f"Combined Q/K PCA (seed 003 figure {fig}), {s.subtitle()}."],
+            subtitle=[f"Combined Q/K PCA (seed 003 figure {fig}), {s.subtitle()}.", empty_note(data)],
         ),
     )
+    return attach(chart, f"Mean PC0 {label[5:]} per checkpoint of {s.name} × 10 depth bins.",
+                  summary(data, "value", "checkpoint", fmt_num), f"The seed: {seed}.")
 
 
 def build_rq(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.LayerChart:

@@ -1,8 +1,10 @@
 """PCA figure 12: phase portraits, PC0 r_q against r_k of every head, a panel per checkpoint.
 
 Source: view ``taxonomy`` (per head) of the series' checkpoints, ``params`` for the thresholds.
-Points take their checkpoint's phase colour; panel headers give the position-dominated share, so
-the drift from a diffuse cloud to the position-dominated corner reads off the panels in order.
+Points take their taxonomy category's colour (as in ``rq-vs-rk``'s categories); the
+position-dominated corners (r_q > high, |r_k| > high) are shaded and named, so the drift from a
+diffuse cloud into that corner reads off the panels in training order, and each panel's header
+gives its checkpoint and position-dominated share. Panels are large enough to read at paper size.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import MAX_HEAD_ROWS, rows, values
-from qkdb.charts.rules import hlines, taxonomy_thresholds, vlines
+from qkdb.charts.rules import hlines, vlines
+from qkdb.charts.rules import taxonomy_thresholds
 from qkdb.charts.series import Series
-from qkdb.charts.style import fmt_pct
+from qkdb.charts.style import CATEGORIES, category_scale, fmt_pct
 
-COLUMNS = 5
+COLUMNS = 4  # 4 × 190 px: readable when the figure is scaled to a page column
+SIZE = 190
 
 _SQL = """
 with t as materialized (
@@ -32,30 +37,73 @@ order by t.model, t.layer, t.head
 """
 
 
+def _corners(base: alt.Chart, high: float, x: dict, y: dict) -> list[alt.Chart]:
+    """The position-dominated corners, shaded once per panel (one aggregated row) and named."""
+    one = base.transform_aggregate(_n="count()")
+    shade = {"color": "#6a3d9a", "opacity": 0.08}
+
+    # Datum positions carry the points' scales and axes: the first layer's axis is the one drawn.
+    def at_x(v):
+        return alt.XDatum(v, **x)
+
+    def at_y(v):
+        return alt.YDatum(v, **y)
+
+    return [
+        one.mark_rect(**shade).encode(x=at_x(high), x2=alt.X2Datum(1.0), y=at_y(high), y2=alt.Y2Datum(1.0)),
+        one.mark_rect(**shade).encode(x=at_x(high), x2=alt.X2Datum(1.0), y=at_y(-1.0), y2=alt.Y2Datum(-high)),
+        # Named in the lower corner, where discordant heads are rare, so the label hides no point.
+        one.mark_text(align="right", baseline="bottom", dx=-3, dy=-3, fontSize=9, color="#6a3d9a").encode(
+            x=at_x(1.0), y=at_y(-1.0), text=alt.value("position-dominated")),
+    ]
+
+
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.FacetChart:
-    """Per-head PC0 r_q vs r_k scatter, one panel per checkpoint, coloured by training phase."""
+    """Per-head PC0 r_q vs r_k scatter, one panel per checkpoint, coloured by taxonomy category."""
     s = Series(con, series)
     high, low = taxonomy_thresholds(con)
     data = s.label(rows(con, _SQL, {"models": s.models, "limit": MAX_HEAD_ROWS}))
-    labels = {}
+    labels, share = {}, {}
     for d in data:
-        d["panel"] = labels.setdefault(d["checkpoint"], f"{d['checkpoint']}: {fmt_pct(d['share_pd'])} pos.-dominated")
+        share[d["checkpoint"]] = d["share_pd"]
+        d["panel"] = labels.setdefault(d["checkpoint"], f"{d['checkpoint']} · {fmt_pct(d['share_pd'])}")
     panels = [labels[c] for c in s.order if c in labels]
     base = alt.Chart()
-    x = alt.X("r_q:Q", title="PC0 r_q", scale=alt.Scale(domain=[-0.1, 1.0]), axis=alt.Axis(values=[0, 0.3, 0.7, 1.0]))
-    y = alt.Y("r_k:Q", title="PC0 r_k", scale=alt.Scale(domain=[-1.0, 1.0]), axis=alt.Axis(values=[-1, -0.7, -0.3, 0, 0.3, 0.7, 1]))
-    points = base.mark_circle(size=14, opacity=0.7).encode(
-        x=x, y=y, color=alt.Color("phase:N", scale=s.phase_scale(), title="training phase"),
+    x_def = {"title": "PC0 r_q", "scale": alt.Scale(domain=[-0.1, 1.0]), "axis": alt.Axis(values=[0, low, high, 1.0])}
+    y_def = {"title": "PC0 r_k", "scale": alt.Scale(domain=[-1.0, 1.0]),
+             # tickCount as large as the list: Vega thins explicit values down to the default count.
+             "axis": alt.Axis(values=[-1, -high, -low, 0, low, high, 1], tickCount=7, labelOverlap=False)}
+    x, y = alt.X("r_q:Q", **x_def), alt.Y("r_k:Q", **y_def)
+    points = base.mark_circle(size=16, opacity=0.75).encode(
+        x=x, y=y, color=alt.Color("category:N", scale=category_scale(), sort=list(CATEGORIES), title="category",
+                                  legend=alt.Legend(symbolOpacity=1, orient="right")),
         tooltip=["checkpoint:N", "layer:Q", "head:Q", alt.Tooltip("r_q:Q", format=".3f"),
                  alt.Tooltip("r_k:Q", format=".3f"), "category:N"],
     )
-    layer = alt.layer(vlines(base, [low, high]), hlines(base, [-high, -low, low, high]), points, data=values(data))
-    return layer.properties(width=170, height=170).facet(
-        facet=alt.Facet("panel:N", sort=panels, title=None, header=alt.Header(labelFontSize=11)),
-        columns=min(COLUMNS, len(panels)),
+    layer = alt.layer(
+        *_corners(base, high, x_def, y_def),
+        vlines(base, [low, high], color="#888888"), hlines(base, [-high, -low, low, high], color="#888888"),
+        points, data=values(data),
+    )
+    built = layer.properties(width=SIZE, height=SIZE).facet(
+        facet=alt.Facet("panel:N", sort=panels, title=None, header=alt.Header(labelFontSize=11, labelLimit=SIZE + 20)),
+        columns=min(COLUMNS, len(panels)), spacing=14,
     ).properties(
         title=alt.TitleParams(
             "Phase portraits: PC0 r_q vs r_k per head at each checkpoint",
-            subtitle=[f"Combined Q/K PCA (seed 003 figure 12), {s.subtitle()}; dashed: taxonomy thresholds {low:g} / {high:g}."],
+            subtitle=[f"Combined Q/K PCA (seed 003 figure 12), {s.subtitle()}.",
+                      f"Panel header: checkpoint · share of position-dominated heads; dashed: taxonomy thresholds "
+                      f"{low:g} / {high:g} on r_q and ±{low:g} / ±{high:g} on r_k; shaded: position-dominated "
+                      f"(r_q > {high:g} and |r_k| > {high:g})."],
         )
+    )
+    shares = [share[c] for c in s.order if c in share]
+    most = max(range(len(shares)), key=shares.__getitem__) if shares else 0
+    return attach(
+        built,
+        f"{len(panels)} checkpoints of {s.name}, {len(data):,} heads drawn. The position-dominated share goes "
+        f"{fmt_pct(shares[0] if shares else None)} → {fmt_pct(shares[-1] if shares else None)}"
+        + (f", highest at {s.order[most]} ({fmt_pct(shares[most])})" if shares and 0 < most < len(shares) - 1 else "")
+        + ".",
+        "The seed describes the cloud tightening into the position-dominated corner over training.",
     )

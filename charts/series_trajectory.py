@@ -10,8 +10,10 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import rows, values
 from qkdb.charts.series import Series
+from qkdb.charts.style import fmt_num
 
 METRICS = (
     ("abs_r_k_a", "|r_k| on drift axis a", 1.0),
@@ -44,11 +46,19 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     layer = alt.layer(s.shading(base), iqr, line, data=values(data)).properties(
         width=max(260, 40 * len(s.order)), height=170
     )
-    return layer.facet(
+    built = layer.facet(
         facet=alt.Facet("metric:N", sort=[m[1] for m in METRICS], title=None), columns=2,
     ).resolve_scale(y="independent").properties(
         title=alt.TitleParams(
             "Training trajectory of the rotation model",
             subtitle=[f"Planar rotation (seed 002 figure 09), {s.subtitle()}; dot = median over heads, bar = IQR."],
         )
+    )
+    med = {(d["model"], d["metric"]): d["median"] for d in data}
+    moves = [f"{label} {fmt_num(med.get((s.models[0], label)), 3)} → {fmt_num(med.get((s.models[-1], label)), 3)}"
+             for _, label, _ in METRICS]
+    return attach(
+        built,
+        f"Medians over heads from {s.order[0]} to {s.order[-1]}: " + "; ".join(moves) + ".",
+        "The seed: bias collapses 91% in long-context training while |r_k| stays near 0.9 and separation grows 10%.",
     )

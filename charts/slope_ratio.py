@@ -9,8 +9,9 @@ from __future__ import annotations
 import altair as alt
 import duckdb
 
+from qkdb.charts.caption import attach
 from qkdb.charts.data import families_of, resolve_models, rows, values
-from qkdb.charts.style import fmt_num, family_scale
+from qkdb.charts.style import SLOPE_RATIO, fmt_num, fmt_pct, family_scale
 
 OVERALL = "all models"
 
@@ -39,7 +40,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
                       legend=alt.Legend(symbolOpacity=1))
     base = alt.Chart(values(data))
     iqr = base.mark_rule(strokeWidth=3, opacity=0.5).encode(
-        y=y, x=alt.X("q25_ratio:Q", scale=scale, title="|α_K| / |α_Q| (median, bar = IQR over heads)"),
+        y=y, x=alt.X("q25_ratio:Q", scale=scale, title=f"{SLOPE_RATIO} (median; bar = IQR over heads)"),
         x2="q75_ratio:Q", color=color,
     )
     dots = base.mark_circle(size=80, opacity=1).encode(
@@ -57,9 +58,22 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     title = alt.TitleParams(
         "Drift slope ratio of keys to queries per model",
         subtitle=[
-            "Planar rotation (seed 002 figure 05): |α_K| / |α_Q| of the OLS position slopes on axis a; "
+            "Planar rotation (seed 002 figure 05): |K slope| / |Q slope| of the OLS position slopes on axis a; "
             "dashed: equal drift."
             + (f" Overall median {fmt_num(ov['median_ratio'])}." if ov else "")
         ],
     )
-    return alt.layer(one, iqr, dots, labels).properties(width=440, height=alt.Step(24), title=title)
+    built = alt.layer(one, iqr, dots, labels).properties(width=480, height=alt.Step(24), title=title)
+    per_model = [d for d in data if d["scope"] == "model"]
+    text = []
+    if ov:
+        text.append(f"Pooled over {ov['n_heads']:,} heads the median ratio is {fmt_num(ov['median_ratio'])} "
+                    f"(IQR {fmt_num(ov['q25_ratio'])}–{fmt_num(ov['q75_ratio'])}); keys drift faster in "
+                    f"{fmt_pct(ov['share_k_faster'])} of heads.")
+    if per_model:
+        lo = min(per_model, key=lambda d: d["median_ratio"])
+        hi = max(per_model, key=lambda d: d["median_ratio"])
+        text.append(f"Model medians run from {fmt_num(lo['median_ratio'])} ({lo['model']}) to "
+                    f"{fmt_num(hi['median_ratio'])} ({hi['model']}).")
+    text.append("The seed: 1.83 overall; small Qwen3 ≈ 8, Llama ≈ 2, Ministral3 ≈ 1.")
+    return attach(built, *text)

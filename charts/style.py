@@ -29,24 +29,28 @@ Q_SCHEME = alt.SchemeParams(name="blues", extent=[0.3, 1.0])
 K_SCHEME = alt.SchemeParams(name="reds", extent=[0.3, 1.0])
 
 PANEL = 240  # width/height of one scatter panel in px
-SMALL_PANEL = 120  # complement-collage panels
+SMALL_PANEL = 130  # complement-collage panels (two subtitle lines of ~24 characters fit)
 HEATMAP_CELL = 34  # px per heatmap cell
 
+# Dark2 without its two greens side by side (Llama 3.1 and 3.2 were olive and teal: one family at
+# a glance); no family takes the Q blue or the K red, which mean "query" and "key" everywhere.
 FAMILY_COLORS = {
     "Llama 3.2": "#1b9e77",
-    "Llama 3.1": "#66a61e",
+    "Llama 3.1": "#a6761d",
     "Qwen3": "#7570b3",
     "Ministral3": "#d95f02",
     "Mistral": "#e6ab02",
     "SmolLM3": "#e7298a",
-    "SmolLM2": "#a6761d",
+    "SmolLM2": "#66a61e",
 }
+# Background tints of the training phases: greys for pre-training, lilacs for long-context training.
+# Pale and hue-free next to the Q blue / K red lines drawn over them (salmon under a red line hid it).
 PHASE_COLORS = {
-    "stage1": "#9ecae1",
-    "stage2": "#a1d99b",
-    "stage3": "#c7e9c0",
-    "lc-4k-to-32k": "#fdae6b",
-    "lc-32k-to-64k": "#fb6a4a",
+    "stage1": "#f0f0f0",
+    "stage2": "#e2e2e2",
+    "stage3": "#d4d4d4",
+    "lc-4k-to-32k": "#e8e0f0",
+    "lc-32k-to-64k": "#d3c4e6",
 }
 CATEGORIES = ("position-dominated", "q-positional", "k-positional", "content-focused", "mixed")
 CATEGORY_COLORS = {
@@ -60,6 +64,17 @@ _FALLBACK = (
     "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#ff9da7", "#bab0ac",
     "#e15759",
 )
+_PHASE_FALLBACK = ("#ebe6dc", "#dcebe6", "#e6dceb", "#ebdce3")
+
+# Notation. Vega text has no sub- or superscripts and Unicode has no subscript q, so the seeds'
+# μ_Q^a and α_K cannot be typeset in a figure; they are named in words (with the column in
+# tooltips). r_q and r_k keep the seeds' spelling: it is also the column name everywhere.
+BIAS = "bias strength"
+BIAS_E3 = "bias strength (×10³ per token)"
+BIAS_DEF = "bias strength = (Q mean on axis a) × (K drift slope on a)"
+MU_Q_A = "Q mean on axis a"
+ALPHA_K_E3 = "K drift slope on a (×10³ per token)"
+SLOPE_RATIO = "drift slope ratio, keys / queries"
 
 CONFIG = {
     "font": FONT_STACK,
@@ -107,8 +122,9 @@ def family_scale(families: Sequence[str]) -> alt.Scale:
 
 
 def phase_scale(phases: Sequence[str]) -> alt.Scale:
-    domain, range_ = palette(list(dict.fromkeys(phases)), PHASE_COLORS)
-    return alt.Scale(domain=domain, range=range_)
+    domain = list(dict.fromkeys(phases))
+    free = iter(_PHASE_FALLBACK * len(domain))
+    return alt.Scale(domain=domain, range=[PHASE_COLORS.get(p) or next(free) for p in domain])
 
 
 def category_scale() -> alt.Scale:
@@ -143,3 +159,21 @@ def fmt_pct(x: float | None, digits: int = 0) -> str:
     if x is None:
         return "n/a"
     return _signed(f"{100 * x:.{digits}f}%")
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value compactly: 'p 3e−41', 'p 0.0021', 'p 1'."""
+    if p is None:
+        return "p n/a"
+    if p <= 0:
+        return "p < 1e−300"
+    if p < 1e-3:
+        return "p " + f"{p:.0e}".replace("e-0", "e-").replace("-", "−")
+    return f"p {p:.2g}"
+
+
+def grey_for(strength: float | None, full: float = 0.5) -> str:
+    """A text grey from #aaaaaa (strength 0) to #111111 (strength ≥ ``full``)."""
+    t = 0.0 if strength is None else max(0.0, min(1.0, strength / full))
+    v = round(0xAA + (0x11 - 0xAA) * t)
+    return f"#{v:02x}{v:02x}{v:02x}"

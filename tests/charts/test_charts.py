@@ -214,10 +214,43 @@ def test_spec_round_trips(name, con, specs):
     assert not any("url" in n for n in walk(spec))
 
 
+INTERACTIVE = [n for n, f in registry.FIGURES.items() if f.interactive]
+
+
+def test_interactive_figures_are_the_cross_model_scatters():
+    assert INTERACTIVE == ["rq-vs-rk", "bias-vs-separation"]
+
+
+@pytest.mark.parametrize("name", INTERACTIVE)
+def test_interactive_spec_round_trips_and_renders(name, con):
+    built = chart(name, con, interactive=True)
+    spec = built.to_dict(validate=True)
+    assert built.to_dict() == spec
+    small = {**spec, "datasets": {k: v[:5] if isinstance(v, list) else v for k, v in datasets(spec).items()}}
+    assert type(built).from_json(json.dumps(small)).to_dict() == small
+    # One selection over the outlined heads' layers, and the detail panels filtered by it.
+    select = next(p for p in spec["params"] if p["name"] == "head_select")
+    names = {n["name"] for n in walk(spec) if isinstance(n.get("name"), str) and "mark" in n}
+    assert select["views"] and set(select["views"]) <= names
+    assert sum(1 for n in walk(spec) if n.get("filter") == {"param": "head_select", "empty": False}) >= 3
+    w, h = png_size(render.render(spec, "png", scale=1))
+    assert 400 <= w <= 4000 and 250 <= h <= 4000
+
+
+@pytest.mark.parametrize("name", INTERACTIVE)
+def test_interactive_figure_without_stored_points_is_the_static_one(name, con, monkeypatch):
+    """ingest --points 0 stores no points: nothing to link, and empty detail panels would make Vega warn."""
+    from qkdb.charts import explorer
+
+    monkeypatch.setattr(explorer, "EXPLORER_HEADS", 0)
+    assert chart(name, con, interactive=True).to_dict() == chart(name, con).to_dict()
+
+
 GOLDEN = {
     "pc-roles": {"layer": [
         {"mark": "bar", "encoding": ["color=kind:nominal", "x=pc_label:nominal", "xOffset=kind:nominal", "y=mean:quantitative"]},
         {"mark": "rule", "encoding": ["x=pc_label:nominal", "xOffset=kind:nominal", "y=lo:quantitative", "y2=hi:-"]},
+        {"mark": "rule", "encoding": ["y=datum"]},
     ]},
     "rq-vs-rk": {"layer": [
         {"mark": "rule", "encoding": ["x=_xline:quantitative"]},
@@ -227,6 +260,8 @@ GOLDEN = {
     "depth-heatmap-rq": {"layer": [
         {"mark": "rect", "encoding": ["color=value:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
         {"mark": "text", "encoding": ["color=value", "text=value:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+        {"mark": "rect", "encoding": ["x=depth_bin:ordinal", "y=model:nominal"]},  # cells without heads
+        {"mark": "text", "encoding": ["text=sign:nominal", "x=depth_bin:ordinal", "y=model:nominal"]},
     ]},
     "explained-variance": {"layer": [
         {"mark": "bar", "encoding": ["x=pc_label:nominal", "y=mean:quantitative"]},
@@ -235,13 +270,15 @@ GOLDEN = {
         {"mark": "line", "encoding": ["x=pc_label:nominal", "y=cumulative:quantitative"]},
     ]},
     "pca-collage": {"concat": 4, "first": {"layer": [
-        {"mark": "circle", "encoding": ["color=position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
-        {"mark": "circle", "encoding": ["fill=position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
+        {"mark": "circle", "encoding": ["color=q_position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
+        {"mark": "circle", "encoding": ["fill=k_position:quantitative", "x=x:quantitative", "y=y:quantitative"]},
     ]}},
-    "drift-bars": {"facet": {"row": "family"}, "spec": {"layer": [
+    # A panel per family (FamA, FamB, SmolLM3) and the pooled row: a vconcat, not a facet, whose
+    # independent y made Vega warn in the browser.
+    "drift-bars": {"vconcat": [{"layer": [
         {"mark": "bar", "encoding": ["color=kind:nominal", "x=drift:quantitative", "y=model:nominal", "yOffset=kind:nominal"]},
         {"mark": "tick", "encoding": ["x=pc0:quantitative", "y=model:nominal", "yOffset=kind:nominal"]},
-    ]}},
+    ]}] * 4},
     "variance-decomposition": {"layer": [
         {"mark": "bar", "encoding": ["color=part:nominal", "order=part_order:quantitative", "x=share:quantitative", "y=model:nominal"]},
         {"mark": "text", "encoding": ["detail=part:nominal", "order=part_order:quantitative", "text=share:quantitative", "x=share:quantitative", "y=model:nominal"]},
@@ -260,42 +297,56 @@ GOLDEN = {
         {"layer": [
             {"mark": "rect", "encoding": ["color=abs_r_k_a:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
             {"mark": "text", "encoding": ["color=value", "text=abs_r_k_a:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+            {"mark": "rect", "encoding": ["x=depth_bin:ordinal", "y=model:nominal"]},
+            {"mark": "text", "encoding": ["text=sign:nominal", "x=depth_bin:ordinal", "y=model:nominal"]},
         ]},
         {"layer": [
             {"mark": "rect", "encoding": ["color=bias_e3:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
             {"mark": "text", "encoding": ["color=value", "text=bias_e3:quantitative", "x=depth_bin:ordinal", "y=model:nominal"]},
+            {"mark": "rect", "encoding": ["x=depth_bin:ordinal", "y=model:nominal"]},
+            {"mark": "text", "encoding": ["text=sign:nominal", "x=depth_bin:ordinal", "y=model:nominal"]},
         ]},
     ]},
-    "bias-vs-separation": {"facet": {"facet": "panel"}, "spec": {"layer": [
+    # The pooled panel first (points, each family's line, the pooled line, the family means), then one per family.
+    "bias-vs-separation": {"concat": 1 + 3, "first": {"layer": [
         {"mark": "circle", "encoding": ["color=family:nominal", "x=x:quantitative", "y=y:quantitative"]},
+        {"mark": "line", "encoding": ["color=family:nominal", "x=x:quantitative", "y=y:quantitative"]},
         {"mark": "line", "encoding": ["x=x:quantitative", "y=y:quantitative"]},
+        {"mark": "point", "encoding": ["color=family:nominal", "x=x:quantitative", "y=y:quantitative"]},
     ]}},
     "complement-collage": {"concat": (HEAD_DIM - 2) // 2, "first": {"layer": [
-        {"mark": "circle", "encoding": ["color=position:quantitative", "x=c0:quantitative", "y=c1:quantitative"]},
-        {"mark": "circle", "encoding": ["fill=position:quantitative", "x=c0:quantitative", "y=c1:quantitative"]},
+        {"mark": "circle", "encoding": ["color=q_position:quantitative", "x=c0:quantitative", "y=c1:quantitative"]},
+        {"mark": "circle", "encoding": ["fill=k_position:quantitative", "x=c0:quantitative", "y=c1:quantitative"]},
     ]}},
     "series-position-signal": {"layer": [
         {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
-        {"mark": "rule", "encoding": ["color=kind:nominal", "x=checkpoint:nominal", "y=lo:quantitative", "y2=hi:-"]},
-        {"mark": "line", "encoding": ["color=kind:nominal", "x=checkpoint:nominal", "y=mean:quantitative"]},
+        {"mark": "rule", "encoding": ["color=kind:nominal", "x=checkpoint:nominal", "xOffset=kind:nominal", "y=lo:quantitative", "y2=hi:-"]},
+        {"mark": "line", "encoding": ["color=kind:nominal", "x=checkpoint:nominal", "xOffset=kind:nominal", "y=mean:quantitative"]},
+        {"mark": "text", "encoding": ["text=phase:nominal", "x=checkpoint:nominal", "y=value"]},
     ]},
     "series-taxonomy": {"layer": [
-        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
-        {"mark": "line", "encoding": ["color=category:nominal", "x=checkpoint:nominal", "y=fraction:quantitative"]},
+        {"mark": "bar", "encoding": ["color=category:nominal", "order=category_order:quantitative", "x=checkpoint:nominal", "y=fraction:quantitative"]},
+        {"mark": "text", "encoding": ["detail=category:nominal", "opacity=value", "order=category_order:quantitative", "text=fraction:quantitative", "x=checkpoint:nominal", "y=fraction:quantitative"]},
     ]},
-    "series-explained-variance": {"layer": [
+    "series-explained-variance": {"vconcat": [{"layer": [
         {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
-        {"mark": "rule", "encoding": ["color=pc_label:nominal", "x=checkpoint:nominal", "y=lo:quantitative", "y2=hi:-"]},
-        {"mark": "line", "encoding": ["color=pc_label:nominal", "strokeWidth=value", "x=checkpoint:nominal", "y=mean:quantitative"]},
-    ]},
+        {"mark": "rule", "encoding": ["color=pc_label:nominal", "x=checkpoint:nominal", "xOffset=pc_label:nominal", "y=lo:quantitative", "y2=hi:-"]},
+        {"mark": "line", "encoding": ["color=pc_label:nominal", "strokeDash=pc_label:nominal", "x=checkpoint:nominal", "xOffset=pc_label:nominal", "y=mean:quantitative"]},
+        {"mark": "text", "encoding": ["text=phase:nominal", "x=checkpoint:nominal", "y=value"]},
+    ]}] * 2},
     "series-depth-heatmap-rk": {"layer": [
         {"mark": "rect", "encoding": ["color=value:quantitative", "x=depth_bin:ordinal", "y=checkpoint:nominal"]},
         {"mark": "text", "encoding": ["color=value", "text=value:quantitative", "x=depth_bin:ordinal", "y=checkpoint:nominal"]},
+        {"mark": "rect", "encoding": ["x=depth_bin:ordinal", "y=checkpoint:nominal"]},
+        {"mark": "text", "encoding": ["text=sign:nominal", "x=depth_bin:ordinal", "y=checkpoint:nominal"]},
     ]},
     "series-phase-portraits": {"facet": {"facet": "panel"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["x=datum", "x2=datum", "y=datum", "y2=datum"]},  # position-dominated corners
+        {"mark": "rect", "encoding": ["x=datum", "x2=datum", "y=datum", "y2=datum"]},
+        {"mark": "text", "encoding": ["text=value", "x=datum", "y=datum"]},
         {"mark": "rule", "encoding": ["x=_xline:quantitative"]},
         {"mark": "rule", "encoding": ["y=_yline:quantitative"]},
-        {"mark": "circle", "encoding": ["color=phase:nominal", "x=r_q:quantitative", "y=r_k:quantitative"]},
+        {"mark": "circle", "encoding": ["color=category:nominal", "x=r_q:quantitative", "y=r_k:quantitative"]},
     ]}},
     "series-trajectory": {"facet": {"facet": "metric"}, "spec": {"layer": [
         {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
@@ -328,8 +379,22 @@ def test_q_blue_k_red(specs):
         q = [e["scale"]["scheme"]["name"] for e in encodings(specs[name], "color")]
         k = [e["scale"]["scheme"]["name"] for e in encodings(specs[name], "fill")]
         assert set(q) == {"blues"} and set(k) == {"reds"}
-        titles = {e["title"] for e in encodings(specs[name], "color")} | {e["title"] for e in encodings(specs[name], "fill")}
-        assert titles == {"Q position", "K position"}
+        # One field per kind: Vega-Lite merges two channels' legends when they share a field and domain.
+        assert {e["field"] for e in encodings(specs[name], "color")} == {"q_position"}
+        assert {e["field"] for e in encodings(specs[name], "fill")} == {"k_position"}
+
+
+def test_collage_keeps_two_position_keys_when_q_and_k_positions_agree():
+    """The bug: with equal Q and K position ranges the two keys merged into one blue bar."""
+    from qkdb.charts.collage import grid, panel
+
+    data = [{"layer": 0, "head": 0, "kind": kind, "position": t, "example_id": 0, "x": t / 10 + (kind == "q"),
+             "y": (kind == "q") * 5.0, "q_position": t if kind == "q" else None, "k_position": t if kind == "k" else None}
+            for kind in ("q", "k") for t in range(0, 400, 4)]
+    chart = style.configure(grid([panel(data, x_title="PC0", y_title="PC1", title="L0 H0", subtitle=[])]))
+    svg = render.render(chart, "svg").decode()
+    assert "Q position (token)" in svg and "K position (token)" in svg
+    assert svg.count('class="mark-group role-legend"') == 2
 
 
 def test_heatmaps_use_blues_and_reds_zero_to_one_with_annotations(specs):
@@ -343,11 +408,27 @@ def test_heatmaps_use_blues_and_reds_zero_to_one_with_annotations(specs):
 def test_depth_heatmap_values_are_means_over_heads(con, specs):
     heads = base_heads(con)
     for name, col in (("depth-heatmap-rq", "r_q"), ("depth-heatmap-rk", "r_k")):
-        got = {(d["model"], d["depth_bin"]): d["value"] for d in only_rows(specs[name])}
+        rows = only_rows(specs[name])
+        assert len(rows) == len(POOLED) * 10  # every cell is drawn, those without heads too
+        got = {(d["model"], d["depth_bin"]): d["value"] for d in rows if d["n_heads"]}
         assert {m for m, _ in got} == set(POOLED)
         for (model, b), v in got.items():
             want = np.mean([h[col] for h in heads if h["model"] == model and h["depth_bin"] == b])
             assert v == pytest.approx(want, abs=1e-9)
+
+
+def test_heatmap_cells_without_heads_say_why(con, specs):
+    from qkdb.charts.heatmap import complete
+
+    # Five layers fall in depth bins 0, 2, 5, 7 and 9 (min(9, floor(10 · layer / 4))): the other bins
+    # have no layer; a bin whose layers were not sampled is told apart.
+    rows = [r for r in only_rows(specs["depth-heatmap-rq"]) if r["model"] == "sim-a-1b"]
+    assert {r["depth_bin"] for r in rows if r["n_heads"]} == {0, 2, 5, 7, 9}
+    assert {r["depth_bin"]: r["empty"] for r in rows if not r["n_heads"]} == {b: "no layer" for b in (1, 3, 4, 6, 8)}
+    assert any("no layer at that depth" in t for t in title_texts(specs["depth-heatmap-rq"]))
+    sampled = [r for r in rows if r["n_heads"] and r["depth_bin"] != 5]
+    redone = {r["depth_bin"]: r["empty"] for r in complete(con, sampled, ["sim-a-1b"]) if not r["n_heads"]}
+    assert redone[5] == "unsampled" and redone[4] == "no layer"
 
 
 def test_rq_vs_rk_has_taxonomy_lines_and_family_colours(specs):
@@ -381,14 +462,33 @@ def test_bias_vs_separation_titles_carry_within_family_r(con, specs):
     spec = specs["bias-vs-separation"]
     heads = base_heads(con, f"h.model in {tuple(POOLED)}")
     view = dict(con.execute("select family, r from bias_separation where scope = 'family'").fetchall())
-    panels = {r["panel"] for r in only_rows(spec)}
+    titles = [p["title"]["text"] for p in spec["concat"]]
     for fam in ("FamA", "FamB", "SmolLM3"):
         sub = [h for h in heads if h["family"] == fam]
         r = np.corrcoef([h["bias_strength"] for h in sub], [h["separation_strength"] for h in sub])[0, 1]
         assert r == pytest.approx(view[fam], abs=1e-9)  # the view agrees with numpy
-        assert f"{fam}: r = {style.fmt_r(r)} (n = {len(sub)})" in panels
+        assert f"{fam}: r = {style.fmt_r(r)} (n = {len(sub)})" in titles
     overall = np.corrcoef([h["bias_strength"] for h in heads], [h["separation_strength"] for h in heads])[0, 1]
-    assert any(f"overall r = {style.fmt_r(overall)}" in t for t in title_texts(spec))
+    assert titles[0] == f"all families, pooled: r = {style.fmt_r(overall)} (n = {len(heads)})"
+    assert any(f"pooled r = {style.fmt_r(overall)}" in t for t in title_texts(spec))
+
+
+def test_bias_vs_separation_shares_its_axes_and_draws_the_family_offsets(specs):
+    spec = specs["bias-vs-separation"]
+    # Every panel on the same explicit x and y ranges, so the families' offsets compare across panels.
+    for channel in ("x", "y"):
+        domains = {json.dumps(e["scale"]["domain"]) for e in encodings(spec, channel) if "scale" in e}
+        assert len(domains) == 1
+    rows = next(v for v in datasets(spec).values() if "panel" in v[0])  # the heads (the other: family means)
+    lo, hi = json.loads(next(iter({json.dumps(e["scale"]["domain"]) for e in encodings(spec, "x") if "scale" in e})))
+    assert lo <= min(r["x"] for r in rows) and max(r["x"] for r in rows) <= hi
+    # The pooled panel's diamonds are the family means over every head.
+    means = [n for n in walk(spec["concat"][0]) if isinstance(n.get("mark"), dict) and n["mark"].get("shape") == "diamond"]
+    assert len(means) == 1
+    for fam in ("FamA", "FamB", "SmolLM3"):
+        got = [r for r in rows if r["family"] == fam]
+        assert got and all(r["panel"].startswith(f"{fam}: r = ") for r in got)
+    assert not any("resolve" in n for n in walk(spec))
 
 
 def test_collages_show_the_seeds_random_42_heads(con, specs):
@@ -417,25 +517,33 @@ def test_collage_points_are_the_stored_projections(con, specs):
     assert got == sorted(stored)
 
 
-def test_complement_collage_marks_active_pairs(con, specs):
+def test_complement_collage_shows_the_test_strength_not_an_active_label(con, specs):
     spec = specs["complement-collage"]
     heads = [tuple(r) for r in con.execute("select layer, head from heads where model = 'sim-a-1b'").fetchall()]
     layer, head = random.Random(42).sample(sorted(heads), 4)[0]  # the seeds' first collage head
     assert spec["title"]["text"].endswith(f"sim-a-1b L{layer} H{head}")
-    active = [p for (p,) in con.execute(
-        "select pair from complement where model = 'sim-a-1b' and layer = $l and head = $h and active order by pair",
-        {"l": layer, "h": head}).fetchall()]
-    titles = [p["title"]["text"] for p in spec["concat"]]
-    assert titles[0] == "pair 0" or titles[0] == "pair 0 · active"
-    assert [int(t.split()[1]) for t in titles if t.endswith("· active")] == active
-    assert active, "the planted RoPE rings show as active rotation planes"
-    for p in spec["concat"]:  # equal, symmetric axes: rings look round
+    pairs = con.execute(
+        "select pair, omega_r_squared, p_adjusted, active from complement where model = 'sim-a-1b' and layer = $l and head = $h "
+        "order by pair", {"l": layer, "h": head}).fetchall()
+    panels = spec["concat"]
+    assert [p["title"]["text"] for p in panels] == [f"pair {pair}" for pair, *_ in pairs]
+    for (pair, r2, p_adj, _), p in zip(pairs, panels):
+        assert p["title"]["subtitle"][0] == f"ρ² {style.fmt_num(r2)} · {style.fmt_p(p_adj)}"
+    # Titles darken with the effect size ρ², whatever the test says.
+    order = sorted(zip(pairs, panels), key=lambda t: t[0][1])
+    greys = [int(p["title"]["color"][1:3], 16) for _, p in order]
+    assert greys == sorted(greys, reverse=True) and greys[0] > greys[-1]
+    n_pass = sum(bool(a) for *_, a in pairs)
+    assert n_pass, "the planted RoPE rings pass the test"
+    assert any(f"{n_pass} of {len(pairs)} pairs pass the phase–position test" in t for t in title_texts(spec))
+    assert not any("active" in t for t in title_texts(spec))
+    for p in panels:  # equal, symmetric axes: rings look round
         x, y = (p["layer"][0]["encoding"][c]["scale"]["domain"] for c in ("x", "y"))
         assert x == y and x[0] == -x[1] > -1e9
 
 
 def test_series_phase_colours_and_checkpoint_order(specs):
-    for name in ("series-position-signal", "series-taxonomy", "series-trajectory", "series-bias-decomposition"):
+    for name in ("series-position-signal", "series-explained-variance", "series-trajectory", "series-bias-decomposition"):
         fill = [e for e in encodings(specs[name], "fill") if e.get("field") == "phase"][0]
         assert fill["scale"]["domain"] == ["stage1", "lc-4k-to-32k"]
         assert fill["scale"]["range"] == [style.PHASE_COLORS["stage1"], style.PHASE_COLORS["lc-4k-to-32k"]]
@@ -462,7 +570,7 @@ def test_series_bias_decomposition_reports_the_long_context_change(con, specs):
     pct = 100 * (last - base) / abs(base)
     assert pct < -50  # planted: alpha_k collapses in long-context training
     panels = {r["panel"] for r in only_rows(spec)}
-    assert f"bias ×10³ = μ_Q^a · α_K: {pct:+.0f}% vs stage1 2.4M".replace("-", "−") in panels
+    assert f"bias strength ×10³ = product|{pct:+.0f}% vs stage1 2.4M".replace("-", "−") in panels
 
 
 def test_models_option_restricts_and_facets(con):
@@ -533,7 +641,7 @@ def test_save_by_extension(con, tmp_path):
     assert svg.startswith("<svg") and "font-family=\"DejaVu Sans" in svg and "r = " in svg
     assert render.save(fig, tmp_path / "f.pdf").read_bytes()[:5] == b"%PDF-"
     spec = json.loads(render.save(fig, tmp_path / "f.json").read_text())
-    assert alt.FacetChart.from_dict(spec).to_dict() == spec
+    assert alt.ConcatChart.from_dict(spec).to_dict() == spec
     page = render.save(fig, tmp_path / "f.html").read_text()
     assert "vegaEmbed" in page and not re.search(r"<script[^>]+src=", page) and "<link" not in page
     with pytest.raises(ChartError, match=r"extension picks the format"):

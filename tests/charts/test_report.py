@@ -1,20 +1,25 @@
-"""`qkdb report`: one offline HTML page with the models, the findings and every supported figure.
+"""`qkdb report`: one offline HTML page: front page, a section per claim, every supported figure, findings.
 
 Uses the warehouse of test_charts.py (built once per session): two standalone simulated models
 and three checkpoints of the SmolLM3-3B series, so every figure is supported; and a warehouse
-with a single model, where the series figures are listed with what to ingest.
+with a single model, where the series figures are listed with what to ingest. The page is read
+as HTML here; tests/test_report_browser.py renders it in a real browser.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import re
 from html.parser import HTMLParser
 
 import pytest
 
 import qkdb
-from qkdb.charts import registry
+from qkdb.charts import claims, registry
 from qkdb.charts.report import build_report, figure_page
+from qkdb.charts.report_html import DATA_PREFIX
 from qkdb.cli.app import app
 
 try:  # pytest's default import mode puts tests/ on sys.path: share the session's warehouse
@@ -30,7 +35,7 @@ except ImportError:  # pragma: no cover - other import modes: load the module by
 
 
 class Page(HTMLParser):
-    """Collects what matters for offline use: every URL-bearing attribute, the figure specs, tables."""
+    """What matters for offline use and for the layout: URLs, specs, the data store, figures, ids."""
 
     URL_ATTRS = {"src", "href", "data", "action", "poster", "srcset", "xlink:href"}
 
@@ -39,10 +44,14 @@ class Page(HTMLParser):
         self.urls: list[tuple[str, str, str]] = []
         self.tags: list[str] = []
         self.specs: dict[str, dict] = {}
-        self._spec_id: str | None = None
+        self.store: dict = {}
+        self._script: tuple[str, str] | None = None
         self._buf: list[str] = []
         self.missing: list[str] = []
-        self.tables = 0
+        self.tables: list[str] = []
+        self.ids: list[str] = []  # every id, in page order
+        self.vis: list[str] = []  # the spec id of every figure target, in page order
+        self.figures: list[tuple[str, str]] = []  # (figure element id, figure name), in page order
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
@@ -50,22 +59,55 @@ class Page(HTMLParser):
         for k, v in attrs:
             if k in self.URL_ATTRS and v is not None:
                 self.urls.append((tag, k, v))
+        if a.get("id"):
+            self.ids.append(a["id"])
         if tag == "script" and a.get("type") == "application/json":
-            self._spec_id = a["data-figure"]
+            self._script = ("spec", a["data-spec"]) if "data-spec" in a else ("store", a.get("id"))
             self._buf = []
         if tag == "p" and "data-missing" in a:
             self.missing.append(a["data-missing"])
         if tag == "table":
-            self.tables += 1
+            self.tables.append(a.get("class", ""))
+        if tag == "div" and "vis" in (a.get("class") or "").split():
+            self.vis.append(a["data-spec"])
+        if tag == "figure":
+            self.figures.append((a["id"], a["data-figure"]))
 
     def handle_data(self, data):
-        if self._spec_id is not None:
+        if self._script is not None:
             self._buf.append(data)
 
     def handle_endtag(self, tag):
-        if tag == "script" and self._spec_id is not None:
-            self.specs[self._spec_id] = json.loads("".join(self._buf))
-            self._spec_id = None
+        if tag == "script" and self._script is not None:
+            kind, key = self._script
+            value = json.loads("".join(self._buf))
+            if kind == "spec":
+                self.specs[key] = value
+            else:
+                self.store = value
+            self._script = None
+
+    def restored(self, spec_id: str) -> dict:
+        """The spec as the page's script hands it to vega-embed (datasets put back from the store)."""
+        def value(v):
+            return self.store[v[len(DATA_PREFIX):]] if isinstance(v, str) and v.startswith(DATA_PREFIX) else v
+
+        def walk(node):
+            if isinstance(node, list):
+                return [walk(v) for v in node]
+            if not isinstance(node, dict):
+                return node
+            out = {}
+            for k, v in node.items():
+                if k == "datasets":
+                    out[k] = {n: value(d) for n, d in v.items()}
+                elif k == "data" and isinstance(v, dict) and "values" in v:
+                    out[k] = {**v, "values": value(v["values"])}
+                else:
+                    out[k] = walk(v)
+            return out
+
+        return walk(self.specs[spec_id])
 
 
 def parse(html: str) -> Page:
@@ -84,58 +126,195 @@ def full_report(chart_home):
         con.close()
 
 
-def test_report_contains_every_figure(full_report):
-    page = parse(full_report.html)
-    shown = [s["usermeta"]["qkdb"]["figure"] for s in page.specs.values()]
-    assert sorted(shown) == sorted(registry.FIGURES)
+@pytest.fixture(scope="module")
+def page(full_report):
+    return parse(full_report.html)
+
+
+def section_figures(page: Page) -> list[str]:
+    """The figure names drawn in the claim sections (the front page repeats some), in page order."""
+    return [name for fid, name in page.figures if not fid.endswith("-front")]
+
+
+def test_report_contains_every_figure_once_in_its_claims_section(full_report, page):
+    names = section_figures(page)
+    assert sorted(names) == sorted(registry.FIGURES)
     assert full_report.missing == [] and page.missing == []
-    # Grouped as the seeds group them: cross-model PCA, cross-model rotation, then the series.
-    order = [registry.FIGURES[n].group for n in shown]
-    assert order == sorted(order, key=list(registry.GROUPS).index)
-    for group_title in registry.GROUPS.values():
-        assert group_title in full_report.html
+    # Sections follow the claim groups, and each figure sits in its home group's section.
+    homes = [claims.home_of(n) for n in names]
+    order = [claims.GROUPS.index(g) for g in homes]
+    assert order == sorted(order)
+    for g in claims.GROUPS:
+        assert g.anchor in page.ids
+    html = full_report.html
+    for name in names:
+        section = html[html.index(f'id="{claims.home_of(name).anchor}"'):]
+        section = section[:section.index("</section>")]
+        assert f'data-figure="{name}"' in section
+    # The spec of each figure is the one its name says.
+    shown = {page.restored(s)["usermeta"]["qkdb"]["figure"] for s in page.vis}
+    assert shown == set(registry.FIGURES)
 
 
-def test_report_works_offline(full_report):
-    page = parse(full_report.html)
-    # No external resource at all: no script src, no stylesheet link, no image, no iframe;
-    # the only URL-bearing attributes are the table of contents' in-page anchors.
-    assert "link" not in page.tags and "img" not in page.tags and "iframe" not in page.tags
-    assert all(v.startswith("#") for _, _, v in page.urls), page.urls
-    assert not any("http" in v for _, _, v in page.urls)
-    assert "vegaEmbed" in full_report.html and "window.vegaEmbed" in full_report.html  # the inline bundle
-    # The specs carry their data inline: nothing to fetch.
-    for spec in page.specs.values():
-        assert "url" not in json.dumps(spec.get("data", {}))
-        assert spec["datasets"]
+def test_page_order_reads_like_a_paper(page):
+    """What was ingested, the scorecard, the headline figures, the contents, the claims, the findings."""
+    pos = {k: page.ids.index(k) for k in ("scorecard", "headline-figures", "contents", "seed-003", "seed-002", "findings")}
+    assert pos["scorecard"] < pos["headline-figures"] < pos["contents"] < pos["seed-003"] < pos["seed-002"] < pos["findings"]
+    front = [name for fid, name in page.figures if fid.endswith("-front")]
+    assert 3 <= len(front) <= claims.N_FRONT
+    assert front == [n for n in claims.FRONT if n in front]
+    # The first figure comes before any claim section and before the full findings table.
+    first = page.ids.index(next(fid for fid, _ in page.figures))
+    assert first < pos["contents"]
+    assert page.tables.index("scorecard") < page.tables.index("findings")
 
 
-def test_report_has_model_and_findings_tables(full_report):
-    page = parse(full_report.html)
-    assert page.tables == 2
+def test_front_page_says_what_was_ingested(full_report):
+    html = full_report.html
+    lead = html[html.index('<p class="lead">'):html.index("</p>", html.index('<p class="lead">'))]
+    heads = 2 * 5 * 4 + 3 * 5 * 4  # test_charts: two standalone models and three checkpoints, 5 layers × 4 heads
+    assert "<b>5 models</b>" in lead and f"{heads:,} query heads" in lead
+    assert "training series <code>smollm3-3b</code> (3 checkpoints)" in lead
+    assert "All of them are simulated" in lead  # the simulator's data say nothing about real models
     for model in ("sim-a-1b", "sim-b-2b", "smollm3-3b-stage1-step-40000", "smollm3-3b-lc-4k-to-32k-step-4000"):
-        assert f'<td class="model">{model}</td>' in full_report.html
+        assert f'<td class="model">{model}</td>' in html
+
+
+def test_scorecard_has_every_claim_with_its_interval_and_verdict(full_report):
+    html = full_report.html
+    card = html[html.index('<table class="scorecard">'):]
+    card = card[:card.index("</table>")]
+    by_id = {r["id"]: r for r in full_report.findings}
+    rows = re.findall(r'<tr class="([a-z-]+)">(.*?)</tr>', card, re.S)
+    assert len(rows) == len(claims.GROUPS)
+    for g, (cls, row) in zip(claims.GROUPS, rows):
+        head = by_id[g.headline]  # every group's headline row exists in the view
+        assert f'href="#{g.anchor}"' in row
+        assert cls == head["status"].replace(" ", "-")
+        assert f'<span class="verdict {cls}">{head["status"]}</span>' in row
+        measured = (head["measured"] or "—").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        assert measured in row
+
+
+def test_claim_sections_show_every_findings_row_beside_the_figures(full_report):
+    html = full_report.html
+    for g in claims.GROUPS:
+        section = html[html.index(f'id="{g.anchor}"'):]
+        section = section[:section.index("</section>")]
+        card, figures = section.split('<div class="figures">', 1)
+        for r in full_report.findings:
+            if claims.group_of(r["id"]) is g:
+                assert f'id="c-{r["id"]}"' in card and f'href="#f-{r["id"]}"' in card
+        assert all(f'data-figure="{n}"' in figures for n in g.figures)
+        assert all(f'data-figure="{n}"' not in card for n in g.figures)
+
+
+def test_findings_table_last_filterable_and_linked_to_figures(full_report, page):
+    html = full_report.html
     ids = [r["id"] for r in full_report.findings]
     assert ids and len(set(ids)) == len(ids)
-    assert all(f'<td class="id">{i}</td>' in full_report.html for i in ids)
-    statuses = {r["status"] for r in full_report.findings}
-    assert statuses <= {"holds", "does not hold", "inconclusive", "no data"}
+    assert all(f'<td class="id">{i}</td>' in html for i in ids)
+    assert all(f"f-{i}" in page.ids for i in ids)
+    for key in ("status", "seed", "scope", "text"):
+        assert f'data-filter="{key}"' in html
+    figure_ids = {fid for fid, _ in page.figures}
+    for r in full_report.findings:
+        row = re.search(rf'<tr id="f-{re.escape(r["id"])}"[^>]*>(.*?)</tr>', html, re.S).group(0)
+        assert f'data-status="{r["status"]}"' in row and f'data-seed="{r["seed"]}"' in row
+        links = re.findall(r'href="#(fig-\d+)"', row)
+        assert set(links) <= figure_ids
+        wanted = claims.figures_for(r["id"])
+        assert len(links) == len(wanted)  # every figure of the claim is drawn in this warehouse
     # Values with their intervals, the four verdicts counted and each drawn in its own colour.
     with_data = [r for r in full_report.findings if r["status"] != "no data" and r["id"] != "002.lemma"]
     assert with_data and all(r["measured"].endswith("]") for r in with_data)
     for status in ("holds", "does not hold", "inconclusive", "no data"):
         n = sum(r["status"] == status for r in full_report.findings)
         cls = status.replace(" ", "-")
-        assert f'<span class="{cls}">{n} {status}</span>' in full_report.html
-        assert f"tr.{cls} td" in full_report.html
+        assert f'<span class="{cls}">{n} {status}</span>' in html
+        assert f"tr.{cls} td" in html and f".verdict.{cls}" in html
         if n:
-            assert f'<tr class="{cls}">' in full_report.html
+            assert f'class="{cls}" data-status="{status}"' in html
+
+
+def test_every_figure_has_a_caption_with_numbers_from_this_data(full_report, page):
+    html = full_report.html
+    for fid, name in page.figures:
+        block = html[html.index(f'<figure id="{fid}"'):]
+        caption = block[block.index("<figcaption>"):block.index("</figcaption>")]
+        text = re.sub(r"<[^>]+>", " ", caption)
+        assert re.search(r"\d", text), (name, text)
+    # e.g. the taxonomy caption counts this warehouse's heads (pooled: 3 models × 20 heads).
+    rq = [s for s in page.vis if page.restored(s)["usermeta"]["qkdb"]["figure"] == "rq-vs-rk"][0]
+    assert page.restored(rq)["usermeta"]["qkdb"]["caption"].startswith("60 heads of 3 models")
+
+
+def test_cross_model_scatters_link_heads_to_their_points(chart_home, page):
+    con = qkdb.api.connect(chart_home)
+    try:
+        for name in ("rq-vs-rk", "bias-vs-separation"):
+            spec_of = dict(zip([fid for fid, _ in page.figures], page.vis))  # one target per figure
+            spec = page.restored(next(spec_of[fid] for fid, n in page.figures if n == name and not fid.endswith("-front")))
+            params = {p["name"]: p for p in spec["params"]}
+            select = params["head_select"]
+            assert select["select"]["fields"] == ["m", "l", "h"] and select["views"]
+            assert {"family_filter", "model_filter"} <= set(params)
+            assert params["model_filter"]["bind"]["options"][0] == "all"
+            # The detail panels read the sampled points: CSV text with the points of the selected head.
+            csvs = [v for v in spec["datasets"].values() if isinstance(v, str)]
+            assert len(csvs) == 1
+            points = list(csv.DictReader(io.StringIO(csvs[0])))
+            first = select["value"][0]
+            mine = [p for p in points if (int(p["m"]), int(p["l"]), int(p["h"])) == (first["m"], first["l"], first["h"])]
+            assert {p["k"] for p in mine} == {"q", "k"}
+            model = params["model_filter"]["bind"]["options"][1 + first["m"]]
+            stored = con.execute(
+                "select count(*) from points where model = $m and layer = $l and head = $h",
+                {"m": model, "l": first["l"], "h": first["h"]}).fetchall()[0][0]
+            assert 0 < len(mine) <= stored
+            a = sorted(float(p["a"]) for p in mine)
+            got = sorted(r[0] for r in con.execute(
+                "select a from points where model = $m and layer = $l and head = $h",
+                {"m": model, "l": first["l"], "h": first["h"]}).fetchall())
+            assert all(any(abs(x - y) <= 5e-3 * max(1.0, abs(y)) for y in got) for x in a)  # 3 significant digits
+    finally:
+        con.close()
+    # Both scatters carry the same points, which the page stores once.
+    csv_values = [v for v in page.store.values() if isinstance(v, str) and v.startswith("m,l,h,k,t")]
+    assert len(csv_values) == 1
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def test_report_works_offline(full_report, page):
+    # No external resource at all: no script src, no stylesheet link, no image, no iframe;
+    # the only URL-bearing attributes are in-page anchors.
+    assert "link" not in page.tags and "img" not in page.tags and "iframe" not in page.tags
+    assert all(v.startswith("#") for _, _, v in page.urls), page.urls
+    assert not re.search(r"<script[^>]+src=", full_report.html)
+    assert "vegaEmbed" in full_report.html and "window.vegaEmbed" in full_report.html  # the inline bundle
+    # The specs carry their data inline (through the page's store): nothing to fetch.
+    for spec_id in set(page.vis):
+        spec = page.restored(spec_id)
+        assert not any(isinstance(n.get("data"), dict) and "url" in n["data"] for n in _walk(spec))
+        assert all(isinstance(v, (list, str)) and v for v in spec.get("datasets", {}).values())
+        assert DATA_PREFIX not in json.dumps(spec)
 
 
 def test_figure_page_escapes_script_end():
     spec = {"$schema": "x", "data": {"values": [{"a": "</script><b>&"}]}, "mark": "point"}
-    page = parse(figure_page(spec, title="t"))
-    assert page.specs["figure"]["data"]["values"][0]["a"] == "</script><b>&"
+    html = figure_page(spec, title="t")
+    page = parse(html)
+    assert page.restored("figure")["data"]["values"][0]["a"] == "</script><b>&"
+    assert html.count("</script>") == html.count("<script")
 
 
 def test_report_makes_collages_for_each_given_model(chart_home):
@@ -154,6 +333,15 @@ def test_report_makes_collages_for_each_given_model(chart_home):
     assert {o["series"] for f, o, _ in default if f.scope == "series"} == {"smollm3-3b"}
 
 
+def test_claims_table_gives_every_figure_one_home():
+    claims.check()
+    assert {f for g in claims.GROUPS for f in g.figures} == set(registry.FIGURES)
+    assert claims.group_of("003.F4.llama3.2.mixed").key == "003.F4"
+    assert claims.group_of("003.fig01.pc0_r_q").key == "003.fig01"
+    assert claims.group_of("002.lemma").key == "002.lemma"
+    assert claims.group_of("003.F10.x") is None  # "003.F1" must not swallow a later "003.F10"
+
+
 def test_cli_report_lists_what_the_data_cannot_support(runner, bare_home, tmp_path):
     out = tmp_path / "report.html"
     result = runner.invoke(app, ["report", "-o", str(out), "--home", str(bare_home), "--title", "solo run"])
@@ -166,8 +354,9 @@ def test_cli_report_lists_what_the_data_cannot_support(runner, bare_home, tmp_pa
     page = parse(html)
     assert "<title>solo run</title>" in html
     assert set(page.missing) == series_figures
+    # Each is listed in its claim's section and again at the end, with what to ingest.
     assert html.count("no training series is ingested; ingest the checkpoints of a training series") == 2 * len(series_figures)
     assert "Figures the data cannot support" in html
-    assert {s["usermeta"]["qkdb"]["figure"] for s in page.specs.values()} == set(registry.FIGURES) - series_figures
+    assert set(section_figures(page)) == set(registry.FIGURES) - series_figures
     result = runner.invoke(app, ["report", "-o", str(tmp_path / "r.pdf"), "--home", str(bare_home)])
     assert result.exit_code != 0 and "give -o FILE.html" in result.stderr

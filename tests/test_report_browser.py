@@ -1,0 +1,185 @@
+"""The report in a real browser: Debian's chromium, headless, offline (flags from ../shared/NOTES.md).
+
+Every figure must render (an SVG per figure target) with no console message at all, a click on a
+head of the cross-model scatter must show that head's points, and a screenshot of the front page
+must have the window's size and not be blank. `.ci/run` installs chromium and sets
+QKDB_REQUIRE_BROWSER=1, so there a missing browser fails these tests; elsewhere they skip, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+import qkdb
+from qkdb.charts.report import build_report
+
+try:  # pytest's default import mode puts tests/ on sys.path: share the session's warehouse
+    from test_charts import chart_home  # noqa: F401 (fixture)
+except ImportError:  # pragma: no cover - other import modes: load the module by path
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_qkdb_test_charts", Path(__file__).with_name("test_charts.py"))
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    chart_home = _mod.chart_home
+
+WINDOW = (1400, 1000)
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.environ.get("QKDB_REQUIRE_BROWSER") == "1":
+        pytest.fail("QKDB_REQUIRE_BROWSER=1 but no chromium on PATH (.ci/run installs Debian's chromium)")
+    pytest.skip("no chromium on PATH: `apt-get install chromium` to run the report's browser tests")
+
+
+def run_chromium(tmp_path: Path, page: Path, *args: str, budget_ms: int = 60000) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    cmd = [
+        chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--virtual-time-budget={budget_ms}",
+        # Without these chromium phones home, and this closed network refuses it (noise, slowness).
+        "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync",
+        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
+        *args, page.as_uri(),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def console(stderr: str) -> list[str]:
+    """The page's console messages (chromium logs them as INFO:CONSOLE…)."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+@pytest.fixture(scope="module")
+def report_file(chart_home, tmp_path_factory) -> Path:
+    con = qkdb.api.connect(chart_home)
+    try:
+        html = build_report(con, title="browser test").html
+    finally:
+        con.close()
+    path = tmp_path_factory.mktemp("browser") / "report.html"
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def figure_targets(dom: str) -> list[tuple[str, str]]:
+    """(spec id, the target's inner HTML) of every figure target in a dumped DOM."""
+    out = []
+    for m in re.finditer(r'<div class="vis[ "]([^>]*)>', dom):  # vega-embed adds a class of its own
+        spec = re.search(r'data-spec="([^"]+)"', m.group(1)).group(1)
+        rest = dom[m.end():]
+        end = rest.find("<figcaption")
+        out.append((spec, m.group(1) + rest[:end if end >= 0 else 2000]))
+    return out
+
+
+def test_every_figure_renders_without_a_console_message(report_file, tmp_path):
+    result = run_chromium(tmp_path, report_file, "--dump-dom")
+    dom = result.stdout
+    targets = figure_targets(dom)
+    html = report_file.read_text(encoding="utf-8")
+    assert len(targets) == html.count('<div class="vis"') >= 22
+    for spec, inner in targets:
+        assert 'data-rendered="1"' in inner, f"figure {spec} did not render: {inner[:300]}"
+        assert '<svg' in inner and 'class="marks"' in inner or "<canvas" in inner, spec
+    assert f'data-figures="{len(targets)}"' in dom
+    assert console(result.stderr) == [], console(result.stderr)
+
+
+CLICK = """
+<script>
+(function () {
+  // After the figures render, click another outlined head of the r_q/r_k scatter and record the
+  // detail panel's header (which head it shows) and how many points it draws, before and after.
+  function state(fig) {
+    const texts = Array.from(fig.querySelectorAll("text")).map(t => t.textContent);
+    const header = texts.find(t => / · layer \\d+, head \\d+$/.test(t)) || "";
+    return {header: header, points: fig.querySelectorAll("g.mark-symbol path").length};
+  }
+  function run() {
+    if (!document.body.dataset.figures) { setTimeout(run, 100); return; }
+    const fig = document.querySelector('figure[data-figure="rq-vs-rk"]:not([id$="-front"]) .vis');
+    const before = state(fig);
+    const cells = fig.querySelectorAll('g[class*="rq_vs_rk_pick_0_voronoi"] path');
+    const target = cells[Math.floor(cells.length / 2)];
+    target.dispatchEvent(new MouseEvent("click", {bubbles: true, clientX: 0, clientY: 0}));
+    setTimeout(function () {
+      document.body.dataset.click = JSON.stringify({cells: cells.length, before: before, after: state(fig)});
+    }, 500);
+  }
+  run();
+})();
+</script>
+"""
+
+
+def test_a_click_on_a_head_shows_its_points(report_file, tmp_path):
+    page = tmp_path / "click.html"
+    head, tail = report_file.read_text(encoding="utf-8").rsplit("</body>", 1)  # the bundle has its own "</body>"
+    page.write_text(head + CLICK + "</body>" + tail, encoding="utf-8")
+    result = run_chromium(tmp_path, page, "--dump-dom")
+    got = re.search(r'data-click="([^"]*)"', result.stdout)
+    assert got, "the click script did not finish"
+    import html
+    import json
+
+    click = json.loads(html.unescape(got.group(1)))
+    assert click["cells"] > 1
+    assert click["before"]["header"] and click["after"]["header"]
+    assert click["after"]["header"] != click["before"]["header"], click
+    assert console(result.stderr) == [], console(result.stderr)
+
+
+def png_pixels_summary(data: bytes) -> tuple[int, int, float]:
+    """(width, height, share of non-zero filtered bytes): a blank page filters to zeros, content does not."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    depth, color = data[24], data[25]
+    channels = {2: 3, 6: 4, 0: 1, 4: 2}[color]
+    idat, pos = b"", 8
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + n]
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = 1 + width * channels * depth // 8
+    assert len(raw) == stride * height
+    # Drop each scanline's filter-type byte; a uniform image leaves only zeros after filtering.
+    body = b"".join(raw[i * stride + 1:(i + 1) * stride] for i in range(height))
+    return width, height, 1 - body.count(0) / len(body)
+
+
+def test_front_page_screenshot_has_the_window_size_and_content(report_file, tmp_path):
+    shot = tmp_path / "front.png"
+    result = run_chromium(tmp_path, report_file, f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}")
+    assert shot.exists(), result.stderr[-2000:]
+    width, height, busy = png_pixels_summary(shot.read_bytes())
+    assert (width, height) == WINDOW
+    assert busy > 0.02, f"the front page looks blank ({busy:.2%} of the filtered bytes vary)"
+    assert console(result.stderr) == [], console(result.stderr)
+
+
+def test_blank_detector_detects_blank():
+    """The screenshot check is not vacuous: a uniform image reads as blank, a varied one does not."""
+    def png(rows: list[bytes], w: int) -> bytes:
+        def chunk(kind, body):
+            return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        raw = b"".join(b"\x02" + r for r in rows)  # filter "Up": a uniform image is zeros after row 0
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, len(rows), 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+    white = [b"\xff" * 30] + [b"\x00" * 30] * 9
+    assert png_pixels_summary(png(white, 10))[2] < 0.11
+    varied = [bytes((i * 7 + j) % 256 for j in range(30)) for i in range(10)]
+    assert png_pixels_summary(png(varied, 10))[2] > 0.5
