@@ -1,4 +1,4 @@
-"""``qkdb.chart``: a seed figure as an Altair chart, ready to display in a notebook or to save.
+"""A seed figure as an Altair chart, built from a warehouse connection (``qkdb.chart`` wraps it).
 
 >>> import qkdb
 >>> con = qkdb.connect()
@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import os
-
 import altair as alt
 import duckdb
 
@@ -18,12 +16,11 @@ from qkdb.charts import registry, style
 
 def chart(
     name: str,
-    con: duckdb.DuckDBPyConnection | None = None,
+    con: duckdb.DuckDBPyConnection,
     *,
     models: str | list[str] | None = None,
     series: str | None = None,
     head: str | tuple[int, int] | list | None = None,
-    home: str | os.PathLike | None = None,
     configure: bool = True,
     **options,
 ) -> alt.TopLevelMixin:
@@ -33,8 +30,8 @@ def chart(
     ----------
     name : str
         Figure name from SPEC §7, e.g. ``"bias-vs-separation"``.
-    con : duckdb connection, optional
-        From :func:`qkdb.connect`; opened read-only on ``home`` (and closed) when not given.
+    con : duckdb connection
+        A warehouse connection, e.g. :func:`qkdb.connect` (``qkdb.chart`` opens one when not given).
     models : str or list of str, optional
         Models to show (default: every standalone model and the latest checkpoint of each series).
         Per-model figures (the collages) take one.
@@ -56,16 +53,7 @@ def chart(
         Unknown figure, or the ingested data cannot support it (the message says what to ingest).
     """
     figure = registry.get(name)
-    own = con is None
-    if own:
-        from qkdb.api import connect
-
-        con = connect(home)
-    try:
-        built = figure.build(con, models=models, series=series, head=head, **options)
-    finally:
-        if own:
-            con.close()
+    built = figure.build(con, models=models, series=series, head=head, **options)
     meta = built.usermeta if isinstance(built.usermeta, dict) else {}
     # In place, keeping the builder's caption: the builder's chart is ours, and a copy costs.
     built.usermeta = {**meta, "qkdb": {**meta.get("qkdb", {}), "figure": figure.name, "seed_figure": figure.seed_figure}}

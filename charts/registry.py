@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import altair as alt
 
-from qkdb.charts import (
+from qkdb.charts.figures import (
     ab_plane_collage,
     bias_strength,
     bias_vs_separation,

@@ -348,7 +348,7 @@ def build_report(
     progress=None,
 ) -> Report:
     """The report page and what it shows; ``progress(name, ok)`` is called after each figure."""
-    from qkdb import api
+    from qkdb._version import version
 
     claims.check()
     infos = ingested(con)
@@ -381,7 +381,7 @@ def build_report(
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     counts = {s: sum(1 for f in findings if f.get("status") == s) for s in STATUSES}
     body = ["<main>", f"<h1>{html.escape(title)}</h1>",
-            f'<p class="meta">Generated {now} by qkdb {html.escape(api.version())} · the seeds: combined Q/K PCA '
+            f'<p class="meta">Generated {now} by qkdb {html.escape(version())} · the seeds: combined Q/K PCA '
             "(seed 003) and planar rotation (seed 002) · every number below is computed from the warehouse.</p>",
             lead, models_table]
     body.append('<h2 id="scorecard" style="margin-top:22px">Scorecard: the seeds\' claims, measured here</h2>')

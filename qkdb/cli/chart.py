@@ -49,8 +49,8 @@ def chart(
         raise ChartError("give a figure name (qkdb chart NAME -o FILE), or --list to see them")
     registry.get(name)  # unknown names fail before the warehouse is opened
     from qkdb.api import connect
+    from qkdb.charts import chart as build_chart
     from qkdb.charts import render
-    from qkdb.charts.api import chart as build_chart
 
     fmt = render.format_of(output) if output else "json"
     heads = None if not head else (head[0] if len(head) == 1 else head)
@@ -78,7 +78,7 @@ def report(
 ) -> None:
     """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
     from qkdb.api import connect, ensure_intervals
-    from qkdb.charts.report import build_report
+    from qkdb.charts import build_report
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")

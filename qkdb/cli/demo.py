@@ -102,7 +102,7 @@ def _print_findings(home: Path) -> None:
 def _write_report(home: Path, path: Path) -> Path | None:
     """Write the offline HTML report when the charts layer has one; None (with a note) otherwise."""
     try:
-        from qkdb.charts.report import build_report
+        from qkdb.charts import build_report
     except ImportError:
         say("(no report: this installation's charts layer has no report)")
         return None

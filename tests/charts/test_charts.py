@@ -386,7 +386,7 @@ def test_q_blue_k_red(specs):
 
 def test_collage_keeps_two_position_keys_when_q_and_k_positions_agree():
     """The bug: with equal Q and K position ranges the two keys merged into one blue bar."""
-    from qkdb.charts.collage import grid, panel
+    from qkdb.charts.figures.collage import grid, panel
 
     data = [{"layer": 0, "head": 0, "kind": kind, "position": t, "example_id": 0, "x": t / 10 + (kind == "q"),
              "y": (kind == "q") * 5.0, "q_position": t if kind == "q" else None, "k_position": t if kind == "k" else None}
@@ -418,7 +418,7 @@ def test_depth_heatmap_values_are_means_over_heads(con, specs):
 
 
 def test_heatmap_cells_without_heads_say_why(con, specs):
-    from qkdb.charts.heatmap import complete
+    from qkdb.charts.figures.heatmap import complete
 
     # Five layers fall in depth bins 0, 2, 5, 7 and 9 (min(9, floor(10 · layer / 4))): the other bins
     # have no layer; a bin whose layers were not sampled is told apart.

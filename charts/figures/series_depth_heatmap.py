@@ -11,8 +11,8 @@ import duckdb
 
 from qkdb.charts.caption import attach
 from qkdb.charts.data import rows
-from qkdb.charts.heatmap import complete, depth_heatmap, empty_note, summary
-from qkdb.charts.series import Series
+from qkdb.charts.figures.heatmap import complete, depth_heatmap, empty_note, summary
+from qkdb.charts.figures.series import Series
 from qkdb.charts.style import fmt_num
 
 _SQL = """

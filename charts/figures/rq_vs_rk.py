@@ -14,7 +14,7 @@ import duckdb
 from qkdb.charts.caption import attach, count
 from qkdb.charts.data import MAX_HEAD_ROWS, families_of, resolve_models, rows, values
 from qkdb.charts.explorer import Explorer, explorer
-from qkdb.charts.rules import hlines, taxonomy_thresholds, vlines
+from qkdb.charts.figures.rules import hlines, taxonomy_thresholds, vlines
 from qkdb.charts.style import CATEGORIES, PANEL, family_scale, fmt_num, fmt_pct
 
 # Sampling happens after the fractions are counted, so they describe every selected head.

@@ -12,7 +12,7 @@ import duckdb
 
 from qkdb.charts.caption import attach
 from qkdb.charts.data import rows, values
-from qkdb.charts.series import Series
+from qkdb.charts.figures.series import Series
 from qkdb.charts.style import fmt_num
 
 METRICS = (

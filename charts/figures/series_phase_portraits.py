@@ -14,9 +14,9 @@ import duckdb
 
 from qkdb.charts.caption import attach
 from qkdb.charts.data import MAX_HEAD_ROWS, rows, values
-from qkdb.charts.rules import hlines, vlines
-from qkdb.charts.rules import taxonomy_thresholds
-from qkdb.charts.series import Series
+from qkdb.charts.figures.rules import hlines, vlines
+from qkdb.charts.figures.rules import taxonomy_thresholds
+from qkdb.charts.figures.series import Series
 from qkdb.charts.style import CATEGORIES, category_scale, fmt_pct
 
 COLUMNS = 4  # 4 × 190 px: readable when the figure is scaled to a page column

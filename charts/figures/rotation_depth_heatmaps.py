@@ -11,7 +11,7 @@ import duckdb
 
 from qkdb.charts.caption import attach
 from qkdb.charts.data import resolve_models, rows
-from qkdb.charts.heatmap import complete, depth_heatmap, empty_note, summary
+from qkdb.charts.figures.heatmap import complete, depth_heatmap, empty_note, summary
 from qkdb.charts.style import fmt_num
 
 _SQL = """

@@ -11,7 +11,7 @@ import altair as alt
 import duckdb
 
 from qkdb.charts.caption import count, span
-from qkdb.charts.collage import build_collage, qk_gap
+from qkdb.charts.figures.collage import build_collage, qk_gap
 from qkdb.charts.data import head_label, rows
 from qkdb.charts.style import fmt_num, fmt_pct
 

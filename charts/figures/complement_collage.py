@@ -31,7 +31,7 @@ from qkdb.charts.data import (
     values,
 )
 from qkdb.charts.caption import attach, count
-from qkdb.charts.collage import position_colors
+from qkdb.charts.figures.collage import position_colors
 from qkdb.charts.style import SMALL_PANEL, fmt_num, fmt_p, fmt_pct, grey_for
 from qkdb.errors import ChartError
 

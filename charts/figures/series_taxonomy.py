@@ -13,7 +13,7 @@ import duckdb
 
 from qkdb.charts.caption import attach
 from qkdb.charts.data import rows, values
-from qkdb.charts.series import Series
+from qkdb.charts.figures.series import Series
 from qkdb.charts.style import CATEGORIES, category_scale, fmt_pct
 
 _SQL = "with t as materialized (select * from series_trajectory where series = $s) " + " union all ".join(

@@ -13,7 +13,7 @@ import duckdb
 
 from qkdb.charts.caption import attach
 from qkdb.charts.data import rows, values
-from qkdb.charts.series import Series
+from qkdb.charts.figures.series import Series
 from qkdb.charts.style import ALPHA_K_E3, BIAS_DEF, MU_Q_A, fmt_num
 
 FACTORS = (
