@@ -36,7 +36,7 @@ import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -733,37 +733,12 @@ def _head_record(layer: int, head: int, kv: int, p: HeadParams, frame: Frame, ma
     }
 
 
-def simulate(
-    out: str | os.PathLike,
-    *,
-    layers: int = 4,
-    q_heads: int = 8,
-    kv_heads: int = 2,
-    head_dim: int = 64,
-    vectors: int = 2000,
-    rope_theta: float | None = 10000.0,
-    pairing: str = "half",
-    sample_q_heads: int | None = None,
-    max_position: int = 4096,
-    n_examples: int = 8,
-    seed: int = 0,
-    overrides: dict[tuple[int, int], HeadParams] | None = None,
-    dtype: str = "float32",
-    model: str = "simulated",
-    family: str = "Simulated",
-    nope_layers: Sequence[int] = (),
-    ranges: Ranges | None = None,
-    positions: str = "stratified",
-    workers: int = 2,
-    progress: Callable[[int, int], None] | None = None,
-) -> Path:
-    """Write a simulated dataset in the sniffed-qk layout with its planted parameters.
+@dataclass(frozen=True)
+class SimSpec:
+    """What :func:`simulate` writes: the architecture, the sampling and the planted parameters' ranges.
 
-    Parameters
+    Attributes
     ----------
-    out
-        Dataset root; created if missing. Head folders, ``planted.json`` and ``qkdb_dataset.json`` that
-        an earlier run left at its top level are replaced; other files are left alone.
     layers, q_heads, kv_heads, head_dim
         Architecture; ``q_heads`` must be a multiple of ``kv_heads``.
     vectors
@@ -776,7 +751,7 @@ def simulate(
     max_position, n_examples
         Each vector's position is uniform in ``[0, max_position)``, its example id in ``[0, n_examples)``.
     seed
-        Seeds every draw; the same arguments give identical files.
+        Seeds every draw; the same spec gives identical files.
     overrides
         ``{(layer, query_head): HeadParams}`` replacing the drawn parameters of those heads. Their key-side
         fields (:data:`KEY_FIELDS`) set the group's key head; overrides in one group must agree on them.
@@ -790,6 +765,81 @@ def simulate(
         Ranges of the drawn parameters (:class:`Ranges`).
     positions
         ``"stratified"`` (default) or ``"iid"`` position sampling, see :func:`draw_positions`.
+
+    Raises
+    ------
+    QkdbError
+        Naming the value that cannot be simulated.
+    """
+
+    layers: int = 4
+    q_heads: int = 8
+    kv_heads: int = 2
+    head_dim: int = 64
+    vectors: int = 2000
+    rope_theta: float | None = 10000.0
+    pairing: str = "half"
+    sample_q_heads: int | None = None
+    max_position: int = 4096
+    n_examples: int = 8
+    seed: int = 0
+    overrides: Mapping[tuple[int, int], HeadParams] = dataclasses.field(default_factory=dict)
+    dtype: str = "float32"
+    model: str = "simulated"
+    family: str = "Simulated"
+    nope_layers: tuple[int, ...] = ()
+    ranges: Ranges = dataclasses.field(default_factory=Ranges)
+    positions: str = "stratified"
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "q_heads", "kv_heads", "head_dim", "vectors", "max_position", "n_examples"):
+            _check_counts(getattr(self, name), name)
+        if self.q_heads % self.kv_heads:
+            raise QkdbError(f"q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        for name, value, allowed in (("dtype", self.dtype, DTYPES), ("rope pairing", self.pairing, PAIRINGS),
+                                     ("positions", self.positions, POSITION_SAMPLING)):
+            if value not in allowed:
+                raise QkdbError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.rope_theta is not None and self.head_dim % 2:
+            raise QkdbError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        nope = tuple(sorted({int(x) for x in self.nope_layers}))
+        if nope and (nope[0] < 0 or nope[-1] >= self.layers):
+            raise QkdbError(f"nope_layers {list(nope)} out of range 0..{self.layers - 1}")
+        object.__setattr__(self, "nope_layers", nope)
+        for (l, h), p in self.overrides.items():
+            if not (0 <= l < self.layers and 0 <= h < self.q_heads):
+                raise QkdbError(f"override for head ({l}, {h}) outside {self.layers} layers × {self.q_heads} query heads")
+            if not isinstance(p, HeadParams):
+                raise QkdbError(f"override for head ({l}, {h}) is not a HeadParams")
+            _check_params(p)
+
+    @property
+    def ratio(self) -> int:
+        """Query heads per key head (GQA)."""
+        return self.q_heads // self.kv_heads
+
+    def layer_theta(self, layer: int) -> float | None:
+        """The RoPE base of a layer (None in NoPE layers)."""
+        return None if layer in self.nope_layers else self.rope_theta
+
+
+def simulate(
+    out: str | os.PathLike,
+    spec: SimSpec | None = None,
+    *,
+    workers: int = 2,
+    progress: Callable[[int, int], None] | None = None,
+    **fields,
+) -> Path:
+    """Write a simulated dataset in the sniffed-qk layout with its planted parameters.
+
+    Parameters
+    ----------
+    out
+        Dataset root; created if missing. Head folders, ``planted.json`` and ``qkdb_dataset.json`` that
+        an earlier run left at its top level are replaced; other files are left alone.
+    spec
+        What to simulate (:class:`SimSpec`); ``**fields`` set its fields by name, over ``spec``.
     workers
         Threads writing parquet files while the next group is generated.
     progress
@@ -800,66 +850,57 @@ def simulate(
     Path
         The dataset root.
     """
-    for name, v in (("layers", layers), ("q_heads", q_heads), ("kv_heads", kv_heads), ("head_dim", head_dim),
-                    ("vectors", vectors), ("max_position", max_position), ("n_examples", n_examples)):
-        _check_counts(v, name)
-    if q_heads % kv_heads:
-        raise QkdbError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
-    if dtype not in DTYPES:
-        raise QkdbError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if pairing not in PAIRINGS:
-        raise QkdbError(f"rope pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
-    if positions not in POSITION_SAMPLING:
-        raise QkdbError(f"positions must be one of {', '.join(POSITION_SAMPLING)}, got {positions!r}")
-    if rope_theta is not None and head_dim % 2:
-        raise QkdbError(f"head_dim must be even for RoPE, got {head_dim}")
-    nope = sorted({int(x) for x in nope_layers})
-    if nope and (nope[0] < 0 or nope[-1] >= layers):
-        raise QkdbError(f"nope_layers {nope} out of range 0..{layers - 1}")
-    ranges = ranges or Ranges()
-    overrides = dict(overrides or {})
-    for (l, h), p in overrides.items():
-        if not (0 <= l < layers and 0 <= h < q_heads):
-            raise QkdbError(f"override for head ({l}, {h}) outside {layers} layers × {q_heads} query heads")
-        if not isinstance(p, HeadParams):
-            raise QkdbError(f"override for head ({l}, {h}) is not a HeadParams")
-        _check_params(p)
-
-    ratio = q_heads // kv_heads
-    chosen = sample_query_heads(layers, q_heads, sample_q_heads, seed, keep=list(overrides))
-    groups: dict[tuple[int, int], list[int]] = {}
-    for l, h in chosen:
-        groups.setdefault((l, h // ratio), []).append(h)
-    total = len(chosen) + len(groups)
-    t_c = (max_position - 1) / 2.0
-
-    # Settle the key heads that overrides define before touching the disk, so that a conflict or a bad
-    # ring layout fails without leaving half a dataset behind. The lowest overridden query head of a
-    # group defines its key head; the group's other overrides must agree with it.
-    override_keys: dict[tuple[int, int], HeadParams] = {}
-    defined_by: dict[tuple[int, int], int] = {}
-    for layer, h in sorted(overrides):
-        kv = h // ratio
-        if (layer, kv) not in override_keys:
-            key_p = overrides[(layer, h)]
-            override_keys[(layer, kv)] = dataclasses.replace(key_p, mu_k_w=key_p.key_w)
-            defined_by[(layer, kv)] = h
-            theta = None if layer in nope else rope_theta
-            make_frame(key_p, head_dim, rope_theta=theta, pairing=pairing, rng=np.random.default_rng(0))
-        overrides[(layer, h)] = overrides[(layer, h)].joining(
-            override_keys[(layer, kv)],
-            what=f"override for l{layer:02d}h{h:02d} "
-            f"(key head {kv}, set by l{layer:02d}h{defined_by[(layer, kv)]:02d})",
-        )
-
+    spec = dataclasses.replace(spec or SimSpec(), **fields) if fields else (spec or SimSpec())
+    groups = _plan_groups(spec)
+    # Settled before touching the disk, so that a conflict or a bad ring layout fails without
+    # leaving half a dataset behind.
+    overrides, override_keys = _settle_overrides(spec)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise QkdbError(f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     _clear_previous(out)
+    records, key_records = _write_groups(out, spec, groups, overrides, override_keys, workers, progress)
+    _write_description(out, spec, records, key_records)
+    return out
 
+
+def _plan_groups(spec: SimSpec) -> dict[tuple[int, int], list[int]]:
+    """The sampled query heads by (layer, key head)."""
+    chosen = sample_query_heads(spec.layers, spec.q_heads, spec.sample_q_heads, spec.seed, keep=list(spec.overrides))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for l, h in chosen:
+        groups.setdefault((l, h // spec.ratio), []).append(h)
+    return groups
+
+
+def _settle_overrides(spec: SimSpec) -> tuple[dict[tuple[int, int], HeadParams], dict[tuple[int, int], HeadParams]]:
+    """Overridden heads joined to their key heads: the lowest overridden query head of a group
+    defines its key head; the group's other overrides must agree with it."""
+    overrides = dict(spec.overrides)
+    override_keys: dict[tuple[int, int], HeadParams] = {}
+    defined_by: dict[tuple[int, int], int] = {}
+    for layer, h in sorted(overrides):
+        kv = h // spec.ratio
+        if (layer, kv) not in override_keys:
+            key_p = overrides[(layer, h)]
+            override_keys[(layer, kv)] = dataclasses.replace(key_p, mu_k_w=key_p.key_w)
+            defined_by[(layer, kv)] = h
+            make_frame(key_p, spec.head_dim, rope_theta=spec.layer_theta(layer), pairing=spec.pairing,
+                       rng=np.random.default_rng(0))
+        overrides[(layer, h)] = overrides[(layer, h)].joining(
+            override_keys[(layer, kv)],
+            what=f"override for l{layer:02d}h{h:02d} "
+            f"(key head {kv}, set by l{layer:02d}h{defined_by[(layer, kv)]:02d})",
+        )
+    return overrides, override_keys
+
+
+def _write_groups(out, spec: SimSpec, groups, overrides, override_keys, workers, progress) -> tuple[dict, dict]:
+    """Generate every group (its key head, then its query heads) and write their files on threads."""
     records: dict[str, dict] = {}
     key_records: dict[str, dict] = {}
+    total = sum(len(h) for h in groups.values()) + len(groups)
     done = 0
     pending: list[Future] = []
 
@@ -874,81 +915,72 @@ def simulate(
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
 
-        def submit(layer: int, head: int, kind: str, x: np.ndarray, t: np.ndarray, ex: np.ndarray) -> None:
+        def submit(layer: int, head: int, kind: str, vectors: tuple) -> None:
+            x, t, ex = vectors
             pending.append(pool.submit(
-                write_head, out, layer, head, kind, x, t, example_id=ex, bucket=position_buckets(t), dtype=dtype,
+                write_head, out, layer, head, kind, x, t, example_id=ex, bucket=position_buckets(t), dtype=spec.dtype,
             ))
             settle(2 * max(1, workers))
 
+        sampling = dict(max_position=spec.max_position, n_examples=spec.n_examples, positions=spec.positions)
         for (layer, kv), heads in groups.items():
-            theta = None if layer in nope else rope_theta
-            if (layer, kv) in override_keys:
-                key_p = override_keys[(layer, kv)]
-            else:
-                key_p = draw_key_params(_stream(seed, _KEY_PARAMS, layer, kv), head_dim, rope_theta=theta,
-                                        max_position=max_position, ranges=ranges)
-            frame = make_frame(key_p, head_dim, rope_theta=theta, pairing=pairing,
-                               rng=_stream(seed, _FRAME, layer, kv))
-            K, t_k, ex_k = key_vectors(key_p, frame, vectors, max_position=max_position, n_examples=n_examples,
-                                       rng=_stream(seed, _KEY_VECTORS, layer, kv), positions=positions)
-            submit(layer, kv, "k", K, t_k, ex_k)
-            del K
+            theta = spec.layer_theta(layer)
+            key_p = override_keys.get((layer, kv)) or draw_key_params(
+                _stream(spec.seed, _KEY_PARAMS, layer, kv), spec.head_dim, rope_theta=theta,
+                max_position=spec.max_position, ranges=spec.ranges,
+            )
+            frame = make_frame(key_p, spec.head_dim, rope_theta=theta, pairing=spec.pairing,
+                               rng=_stream(spec.seed, _FRAME, layer, kv))
+            submit(layer, kv, "k", key_vectors(key_p, frame, spec.vectors,
+                                               rng=_stream(spec.seed, _KEY_VECTORS, layer, kv), **sampling))
             key_records[f"l{layer:02d}h{kv:02d}"] = {"layer": layer, "kv_head": kv, "q_heads": heads,
                                                      "rope": theta is not None}
             for h in heads:
-                if (layer, h) in overrides:
-                    p = overrides[(layer, h)]
-                else:
-                    p = draw_query_params(_stream(seed, _QUERY_PARAMS, layer, h), key_p, ranges=ranges)
-                Q, t_q, ex_q = query_vectors(p, frame, vectors, max_position=max_position, n_examples=n_examples,
-                                             rng=_stream(seed, _QUERY_VECTORS, layer, h), positions=positions)
-                submit(layer, h, "q", Q, t_q, ex_q)
-                del Q
-                records[f"l{layer:02d}h{h:02d}"] = _head_record(layer, h, kv, p, frame, max_position)
+                p = overrides.get((layer, h)) or draw_query_params(
+                    _stream(spec.seed, _QUERY_PARAMS, layer, h), key_p, ranges=spec.ranges,
+                )
+                submit(layer, h, "q", query_vectors(p, frame, spec.vectors,
+                                                    rng=_stream(spec.seed, _QUERY_VECTORS, layer, h), **sampling))
+                records[f"l{layer:02d}h{h:02d}"] = _head_record(layer, h, kv, p, frame, spec.max_position)
         settle(0)
+    return records, key_records
 
+
+def _write_description(out: Path, spec: SimSpec, records: dict, key_records: dict) -> None:
+    """planted.json (every planted parameter) and qkdb_dataset.json (the model's facts)."""
     capture = {
-        "seed": int(seed),
-        "vectors": int(vectors),
-        "max_position": int(max_position),
-        "n_examples": int(n_examples),
-        "positions": positions,
-        "sample_q_heads": sample_q_heads,
-        "dtype": dtype,
-        "drift_center": t_c,
+        "seed": int(spec.seed),
+        "vectors": int(spec.vectors),
+        "max_position": int(spec.max_position),
+        "n_examples": int(spec.n_examples),
+        "positions": spec.positions,
+        "sample_q_heads": spec.sample_q_heads,
+        "dtype": spec.dtype,
+        "drift_center": (spec.max_position - 1) / 2.0,
         "planted": PLANTED_FILE,
     }
+    facts = {
+        "model": spec.model,
+        "family": spec.family,
+        "n_layers": spec.layers,
+        "n_q_heads": spec.q_heads,
+        "n_kv_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "rope_theta": spec.rope_theta,
+        "rope_pairing": spec.pairing,
+    }
     settings = {
-        "model": model,
-        "family": family,
-        "n_layers": layers,
-        "n_q_heads": q_heads,
-        "n_kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "rope_theta": rope_theta,
-        "rope_pairing": pairing,
-        "nope_layers": nope,
+        **facts,
+        "nope_layers": list(spec.nope_layers),
         **{k: v for k, v in capture.items() if k != "planted"},
-        "ranges": dataclasses.asdict(ranges),
-        "overridden_heads": sorted(f"l{l:02d}h{h:02d}" for l, h in overrides),
+        "ranges": dataclasses.asdict(spec.ranges),
+        "overridden_heads": sorted(f"l{l:02d}h{h:02d}" for l, h in spec.overrides),
     }
     planted = {"format": PLANTED_FORMAT, "settings": settings, "heads": records, "key_heads": key_records}
     (out / PLANTED_FILE).write_text(json.dumps(planted, indent=1, sort_keys=True) + "\n")
     write_metadata(out, {
-        "model": model,
-        "family": family,
-        "n_layers": layers,
-        "n_q_heads": q_heads,
-        "n_kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "rope_theta": rope_theta,
-        "rope_pairing": pairing,
-        "rope_scaling": None,
-        "nope_layers": nope,
-        "source": "simulate",
-        "capture": capture,
+        **facts, "rope_scaling": None, "nope_layers": list(spec.nope_layers), "source": "simulate", "capture": capture,
     })
-    return out
 
 
 def read_planted(root: str | os.PathLike) -> dict:

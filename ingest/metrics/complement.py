@@ -134,6 +134,40 @@ def _canonical_signs(W: np.ndarray) -> np.ndarray:
     return W * np.where(top < 0, -1.0, 1.0)
 
 
+def _phase_lock(uq, tq, uk, tk, span: float, omega_grid, rope_omegas):
+    """Each pair's frequency of strongest phase lock (ω, ρ²) and the test of its phase–position relation.
+
+    Returns ``|ω|``, ``ρ²(ω)``, the test statistic and its p-value, paid for the search (Bonferroni
+    over a grid's frequencies, Davies' bound over the periodogram's band).
+    """
+    t = np.concatenate([tq, tk])
+    if omega_grid is None and rope_omegas is not None and span > 0:
+        # RoPE known: a ring in the complement turns at RoPE's frequencies, so evaluating exactly
+        # there (plus a log grid from a quarter turn over the data to π for anything slow) finds
+        # the maximum at a fraction of the cost of the exhaustive periodogram.
+        slow = np.geomspace(0.5 * math.pi / span, math.pi, LOG_GRID)
+        omega_grid = np.concatenate([np.asarray(rope_omegas, dtype=np.float64).reshape(-1), slow])
+    sd_t = max(float(np.std(tq)) if len(tq) else 0.0, float(np.std(tk)) if len(tk) else 0.0)
+    # The test at the searched frequency, in its searched sense (an SVD pair's orientation is
+    # arbitrary; the sense that maximised ρ² is the one the search looked at).
+    if omega_grid is not None:
+        grid = np.asarray(omega_grid, dtype=np.float64).reshape(-1)
+        omega, r2_best, T_q, T_k = best_on_grid(uq, tq, uk, tk, grid, signed=True, statistic=True)
+        n_freq = int(np.unique(np.concatenate([grid, -grid])).size)
+        band = 2.0 * float(np.abs(grid).max(initial=0.0))
+    else:
+        omega, r2_best = fit_frequency(uq, tq, uk, tk, signed=True)
+        w = np.nan_to_num(omega, nan=0.0)
+        t0 = float(t.min()) if len(t) else 0.0
+        T_q = phase_statistic(uq, phasors(w, tq - t0), tq)
+        T_k = phase_statistic(uk, phasors(w, tk - t0), tk)
+        n_freq = None
+        band = 2.0 * min(math.pi, math.pi / position_quantum(t)) if len(t) else 0.0
+    statistic, df = combine_kinds(T_q, T_k)
+    p_value = search_p_value(statistic, df, n_frequencies=n_freq, bandwidth=band * sd_t)
+    return np.abs(omega), r2_best, statistic, p_value
+
+
 def complement_pairs(
     Q: np.ndarray,
     t_q: np.ndarray,
@@ -253,32 +287,8 @@ def complement_pairs(
     uq, uk, tq, tk = u[:m_q], u[m_q:], t[:m_q], t[m_q:]
     t_all = np.concatenate([t_q, t_k])
     span = float(t_all.max() - t_all.min()) if len(t_all) else 0.0
-    if omega_grid is None and rope_omegas is not None and span > 0:
-        # RoPE known: a ring in the complement turns at RoPE's frequencies, so evaluating exactly
-        # there (plus a log grid from a quarter turn over the data to π for anything slow) finds
-        # the maximum at a fraction of the cost of the exhaustive periodogram.
-        slow = np.geomspace(0.5 * math.pi / span, math.pi, LOG_GRID)
-        omega_grid = np.concatenate([np.asarray(rope_omegas, dtype=np.float64).reshape(-1), slow])
-    sd_t = max(float(np.std(tq)) if m_q else 0.0, float(np.std(tk)) if len(tk) else 0.0)
-    # The test at the searched frequency, in its searched sense (an SVD pair's orientation is
-    # arbitrary; the sense that maximised ρ² is the one the search looked at).
-    if omega_grid is not None:
-        grid = np.asarray(omega_grid, dtype=np.float64).reshape(-1)
-        omega, r2_best, T_q, T_k = best_on_grid(uq, tq, uk, tk, grid, signed=True, statistic=True)
-        n_freq = int(np.unique(np.concatenate([grid, -grid])).size)
-        band = 2.0 * float(np.abs(grid).max(initial=0.0))
-    else:
-        omega, r2_best = fit_frequency(uq, tq, uk, tk, signed=True)
-        w = np.nan_to_num(omega, nan=0.0)
-        t0 = float(t.min()) if len(t) else 0.0
-        T_q = phase_statistic(uq, phasors(w, tq - t0), tq)
-        T_k = phase_statistic(uk, phasors(w, tk - t0), tk)
-        n_freq = None
-        band = 2.0 * min(math.pi, math.pi / position_quantum(t)) if len(t) else 0.0
-    statistic, df = combine_kinds(T_q, T_k)
-    p_value = search_p_value(statistic, df, n_frequencies=n_freq, bandwidth=band * sd_t)
+    omega, r2_best, statistic, p_value = _phase_lock(uq, tq, uk, tk, span, omega_grid, rope_omegas)
     p_adjusted = holm(p_value)
-    omega = np.abs(omega)
 
     acc = lda_balanced_accuracy_2d(x[:m_q], y[:m_q], x[m_q:], y[m_q:])
 

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from qkdb.cli.app import app
 from qkdb.cli.common import Dtype, err, note
 from qkdb.errors import QkdbError
-from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges
+from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges, SimSpec
 from qkdb.ingest import simulate as run_simulation
 
 
@@ -101,8 +101,13 @@ def simulate_command(
         raise QkdbError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise QkdbError(f"{out}: directory is not empty; pass --force to write into it")
-    ranges = Ranges(slope_ratio=slope_ratio, negative_fraction=negative_fraction)
     theta = None if no_rope else rope_theta
+    spec = SimSpec(
+        layers=layers, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim, vectors=vectors, rope_theta=theta,
+        pairing=pairing.value, sample_q_heads=sample_heads, max_position=max_position, n_examples=examples,
+        seed=seed, dtype=dtype.value, model=model, family=family, nope_layers=_parse_layers(nope_layers),
+        ranges=Ranges(slope_ratio=slope_ratio, negative_fraction=negative_fraction),
+    )
     started = time.perf_counter()
     with Progress(
         TextColumn("simulating"),
@@ -114,26 +119,7 @@ def simulate_command(
         transient=True,
     ) as bar:
         task = bar.add_task("simulate", total=None)
-        run_simulation(
-            out,
-            layers=layers,
-            q_heads=q_heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            vectors=vectors,
-            rope_theta=theta,
-            pairing=pairing.value,
-            sample_q_heads=sample_heads,
-            max_position=max_position,
-            n_examples=examples,
-            seed=seed,
-            dtype=dtype.value,
-            model=model,
-            family=family,
-            nope_layers=_parse_layers(nope_layers),
-            ranges=ranges,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )
+        run_simulation(out, spec, progress=lambda done, total: bar.update(task, completed=done, total=total))
     written = [p.name for p in out.iterdir() if p.is_dir() and HEAD_DIR.match(p.name)]
     n_q = sum(name.endswith("q") for name in written)
     rope = "no RoPE" if theta is None else f"RoPE θ={theta:g} ({pairing.value})"

@@ -12,7 +12,6 @@ import json
 import random
 import re
 import struct
-from pathlib import Path
 
 import altair as alt
 import numpy as np
@@ -24,15 +23,8 @@ from qkdb.charts.api import chart
 from qkdb.charts.data import ROW_LIMIT, parse_head
 from qkdb.cli.app import app
 from qkdb.errors import ChartError
-from qkdb.ingest.capture.simulate import Ranges, simulate
 
-STANDALONE = (("sim-a-1b", "FamA", 1, Ranges()), ("sim-b-2b", "FamB", 2, Ranges(alpha_k=(0.5e-3, 2e-3), slope_ratio=1.0)))
-SERIES = (
-    ("smollm3-3b-stage1-step-40000", Ranges(alpha_k=(2e-3, 5e-3), mu_q_a=(2.0, 5.0))),
-    ("smollm3-3b-stage1-step-2400000", Ranges(alpha_k=(3e-3, 6e-3), mu_q_a=(3.0, 7.0))),
-    ("smollm3-3b-lc-4k-to-32k-step-4000", Ranges(alpha_k=(0.3e-3, 0.8e-3), mu_q_a=(4.0, 9.0))),
-)
-LAYERS, HEAD_DIM, VECTORS = 5, 32, 300
+from helpers.chart_warehouse import HEAD_DIM, LAYERS, SERIES, STANDALONE, VECTORS  # noqa: F401
 
 # SPEC §7, in its order.
 SPEC_NAMES = [
@@ -42,43 +34,6 @@ SPEC_NAMES = [
     "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
     "series-trajectory", "series-bias-decomposition",
 ]
-
-_CACHE: dict[str, Path] = {}
-
-
-def build_chart_warehouse(root: Path) -> Path:
-    """Simulate and ingest the models above into ``root/home``."""
-    home = root / "home"
-    for name, family, seed, ranges in STANDALONE:
-        ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=2, head_dim=HEAD_DIM, vectors=VECTORS,
-                      model=name, family=family, seed=seed, workers=1, ranges=ranges)
-        qkdb.api.ingest(ds, name, family=family, gqa_ratio=2, n_layers=LAYERS, workers=1, home=home)
-    for i, (name, ranges) in enumerate(SERIES):
-        # Registry names: series, order, phase and step come from the registry (gqa 16/4 = 4).
-        ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=1, head_dim=HEAD_DIM, vectors=VECTORS,
-                      model=name, family="SmolLM3", seed=10 + i, workers=1, ranges=ranges, nope_layers=(3,))
-        qkdb.api.ingest(ds, name, gqa_ratio=4, n_layers=LAYERS, workers=1, home=home)
-    return home
-
-
-@pytest.fixture(scope="session")
-def chart_home(tmp_path_factory) -> Path:
-    if "full" not in _CACHE:
-        _CACHE["full"] = build_chart_warehouse(tmp_path_factory.mktemp("charts"))
-    return _CACHE["full"]
-
-
-@pytest.fixture(scope="session")
-def bare_home(tmp_path_factory) -> Path:
-    """One standalone model and nothing else: no series."""
-    if "bare" not in _CACHE:
-        root = tmp_path_factory.mktemp("charts-bare")
-        ds = simulate(root / "solo", layers=3, q_heads=2, kv_heads=1, head_dim=16, vectors=200, model="solo",
-                      family="Solo", seed=5, workers=1)
-        qkdb.api.ingest(ds, "solo", family="Solo", gqa_ratio=2, n_layers=3, workers=1, home=root / "home")
-        _CACHE["bare"] = root / "home"
-    return _CACHE["bare"]
-
 
 @pytest.fixture(scope="session")
 def con(chart_home):

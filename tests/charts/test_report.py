@@ -22,16 +22,7 @@ from qkdb.charts.report import build_report, figure_page
 from qkdb.charts.report_html import DATA_PREFIX
 from qkdb.cli.app import app
 
-try:  # pytest's default import mode puts tests/ on sys.path: share the session's warehouse
-    from test_charts import bare_home, chart_home  # noqa: F401 (fixtures)
-except ImportError:  # pragma: no cover - other import modes: load the module by path
-    import importlib.util
-    from pathlib import Path
 
-    _spec = importlib.util.spec_from_file_location("_qkdb_test_charts", Path(__file__).with_name("test_charts.py"))
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    bare_home, chart_home = _mod.bare_home, _mod.chart_home
 
 
 class Page(HTMLParser):

@@ -21,15 +21,10 @@ import pytest
 import qkdb
 from qkdb.charts.report import build_report
 
-try:  # pytest's default import mode puts tests/ on sys.path: share the session's warehouse
-    from test_charts import chart_home  # noqa: F401 (fixture)
-except ImportError:  # pragma: no cover - other import modes: load the module by path
-    import importlib.util
 
-    _spec = importlib.util.spec_from_file_location("_qkdb_test_charts", Path(__file__).with_name("test_charts.py"))
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    chart_home = _mod.chart_home
+
+# Needs Debian's chromium: marked `browser`, which the default run deselects and .ci/run runs.
+pytestmark = pytest.mark.browser
 
 WINDOW = (1400, 1000)
 

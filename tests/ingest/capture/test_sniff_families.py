@@ -19,6 +19,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.sniff
+
 from helpers import tiny_models as tm  # noqa: E402
 
 from qkdb.errors import SniffError  # noqa: E402

@@ -19,27 +19,9 @@ from qkdb.ingest.metrics.rope_planes import (
 from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.schema import ROPE_PLANES
 
+from helpers.rope import apply_rope
+
 THETA = 10000.0
-
-
-def apply_rope(X: np.ndarray, t: np.ndarray, omega: np.ndarray, pairing: str) -> np.ndarray:
-    """RoPE written out in real arithmetic (independent of the code under test's complex form).
-
-    rotate-half: x'_j = x_j cos − x_{j+d/2} sin, x'_{j+d/2} = x_{j+d/2} cos + x_j sin (transformers);
-    interleaved: the same on (x_{2j}, x_{2j+1}).
-    """
-    d = X.shape[1]
-    J = d // 2
-    if pairing == "half":
-        i1, i2 = np.arange(J), np.arange(J) + J
-    else:
-        i1, i2 = 2 * np.arange(J), 2 * np.arange(J) + 1
-    ang = np.outer(t, omega)
-    c, s = np.cos(ang), np.sin(ang)
-    out = X.copy()
-    out[:, i1] = X[:, i1] * c - X[:, i2] * s
-    out[:, i2] = X[:, i2] * c + X[:, i1] * s
-    return out
 
 
 def rope_head(
@@ -168,30 +150,6 @@ def test_same_seed_same_rows_and_table_conforms():
     assert batch.column("omega_source").to_pylist()[0] == "given"
 
 
-def test_phase_convention_matches_transformers_rope():
-    """Our sense of rotation is the one transformers' rotate-half RoPE applies."""
-    torch = pytest.importorskip("torch")
-    llama = pytest.importorskip("transformers.models.llama.modeling_llama")
-    d, n = 16, 400
-    rng = np.random.default_rng(0)
-    t = rng.integers(0, 1000, n)
-    pre = np.tile(rng.standard_normal(d), (n, 1))  # one steady pre-RoPE vector
-    omega = THETA ** (-np.arange(0, d, 2) / d)
-    freqs = np.outer(t, omega)
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    cos = torch.tensor(np.cos(emb))[None]
-    sin = torch.tensor(np.sin(emb))[None]
-    x = torch.tensor(pre)[None, None]
-    q, _ = llama.apply_rotary_pos_emb(x, x, cos, sin)
-    post = q[0, 0].numpy()
-    assert np.allclose(post, apply_rope(pre, t, omega, "half"))
-    cols = rope_planes(post, t, post, t, rope_theta=THETA, rng=np.random.default_rng(0))
-    assert np.all(cols["coherence_q"] > 0.999)
-    fitted = rope_planes(post, t, post, t, rope_theta=None, rng=np.random.default_rng(0))
-    turning = cols["turns"] > 1
-    assert np.allclose(fitted["omega"][turning], omega[turning], rtol=1e-3)
-
-
 # ------------------------------------------------------------------ frequencies and scaling
 
 
@@ -215,39 +173,6 @@ def test_llama3_scaling_keeps_fast_planes_and_divides_slow_ones():
     assert np.allclose(scaled[slow], plain[slow] / 32)
     mid = ~fast & ~slow
     assert mid.any() and np.all((scaled[mid] < plain[mid]) & (scaled[mid] > plain[mid] / 32))
-
-
-def _transformers_inv_freq(config_kwargs: dict, d: int) -> np.ndarray:
-    pytest.importorskip("torch")
-    utils = pytest.importorskip("transformers.modeling_rope_utils")
-    from transformers import LlamaConfig
-
-    cfg = LlamaConfig(hidden_size=d * 2, num_attention_heads=2, head_dim=d, **config_kwargs)
-    kind = cfg.rope_parameters["rope_type"]
-    inv, _ = utils.ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
-    return inv.double().numpy()
-
-
-@pytest.mark.parametrize(
-    "scaling",
-    [
-        {"rope_type": "linear", "factor": 8.0},
-        {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": 8192},
-        {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4096},
-        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16, "beta_slow": 2},
-    ],
-)
-def test_scaled_frequencies_match_transformers(scaling):
-    d, theta = 128, 500000.0
-    try:
-        ref = _transformers_inv_freq(
-            {"rope_parameters": {"rope_theta": theta, **scaling}, "max_position_embeddings": 131072}, d
-        )
-    except (TypeError, KeyError, ValueError) as exc:  # pragma: no cover - other transformers API
-        pytest.skip(f"this transformers version configures RoPE differently: {exc}")
-    # transformers computes in float32: agree to its precision.
-    assert np.allclose(rope_frequencies(d, theta, scaling), ref, rtol=2e-6)
 
 
 @pytest.mark.parametrize(

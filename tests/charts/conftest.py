@@ -1,0 +1,35 @@
+"""The charts' session warehouses, built once and shared by the chart, report and browser tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import qkdb
+from qkdb.ingest.capture.simulate import simulate
+
+from helpers.chart_warehouse import build_chart_warehouse
+
+_CACHE: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def chart_home(tmp_path_factory) -> Path:
+    if "full" not in _CACHE:
+        _CACHE["full"] = build_chart_warehouse(tmp_path_factory.mktemp("charts"))
+    return _CACHE["full"]
+
+
+@pytest.fixture(scope="session")
+def bare_home(tmp_path_factory) -> Path:
+    """One standalone model and nothing else: no series."""
+    if "bare" not in _CACHE:
+        root = tmp_path_factory.mktemp("charts-bare")
+        ds = simulate(root / "solo", layers=3, q_heads=2, kv_heads=1, head_dim=16, vectors=200, model="solo",
+                      family="Solo", seed=5, workers=1)
+        qkdb.api.ingest(ds, "solo", family="Solo", gqa_ratio=2, n_layers=3, workers=1, home=root / "home")
+        _CACHE["bare"] = root / "home"
+    return _CACHE["bare"]
+
+

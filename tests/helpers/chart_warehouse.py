@@ -1,0 +1,32 @@
+"""The charts' session warehouse: two standalone simulated models and three checkpoints of the SmolLM3-3B series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import qkdb
+from qkdb.ingest.capture.simulate import Ranges, simulate
+
+STANDALONE = (("sim-a-1b", "FamA", 1, Ranges()), ("sim-b-2b", "FamB", 2, Ranges(alpha_k=(0.5e-3, 2e-3), slope_ratio=1.0)))
+SERIES = (
+    ("smollm3-3b-stage1-step-40000", Ranges(alpha_k=(2e-3, 5e-3), mu_q_a=(2.0, 5.0))),
+    ("smollm3-3b-stage1-step-2400000", Ranges(alpha_k=(3e-3, 6e-3), mu_q_a=(3.0, 7.0))),
+    ("smollm3-3b-lc-4k-to-32k-step-4000", Ranges(alpha_k=(0.3e-3, 0.8e-3), mu_q_a=(4.0, 9.0))),
+)
+LAYERS, HEAD_DIM, VECTORS = 5, 32, 300
+
+POOLED_MODELS = [STANDALONE[0][0], STANDALONE[1][0], SERIES[-1][0]]  # standalone + latest checkpoint
+
+def build_chart_warehouse(root: Path) -> Path:
+    """Simulate and ingest the models above into ``root/home``."""
+    home = root / "home"
+    for name, family, seed, ranges in STANDALONE:
+        ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=2, head_dim=HEAD_DIM, vectors=VECTORS,
+                      model=name, family=family, seed=seed, workers=1, ranges=ranges)
+        qkdb.api.ingest(ds, name, family=family, gqa_ratio=2, n_layers=LAYERS, workers=1, home=home)
+    for i, (name, ranges) in enumerate(SERIES):
+        # Registry names: series, order, phase and step come from the registry (gqa 16/4 = 4).
+        ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=1, head_dim=HEAD_DIM, vectors=VECTORS,
+                      model=name, family="SmolLM3", seed=10 + i, workers=1, ranges=ranges, nope_layers=(3,))
+        qkdb.api.ingest(ds, name, gqa_ratio=4, n_layers=LAYERS, workers=1, home=home)
+    return home
