@@ -1,19 +1,18 @@
-"""Read-only SQL on the warehouse: statement checks and streaming results."""
+"""Read-only SQL on the warehouse: statement checks and streaming results, one per statement."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
-from qkdb.api import connect
 from qkdb.errors import QueryError
 
-if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
+if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
 
 # Statement types that cannot change anything (the connection is read-only as well).
 READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA"}
@@ -40,27 +39,66 @@ def check_read_only(sql: str) -> list[str]:
     return [st.query for st in statements]
 
 
+@dataclass
+class Result:
+    """One statement's result, streamed: as rows (no pyarrow needed) or as Arrow record batches.
+
+    Read it once, one way, before the next statement runs (a half-read DuckDB result holds the
+    connection).
+    """
+
+    con: duckdb.DuckDBPyConnection
+    query: str
+
+    def rows(self) -> tuple[list[str], Iterator[list[tuple]]]:
+        """Column names and the rows, in batches of :data:`BATCH_ROWS`."""
+        import duckdb
+
+        try:
+            cur = self.con.execute(self.query)
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip()) from None
+        names = [d[0] for d in cur.description] if cur.description else ["result"]
+
+        def batches() -> Iterator[list[tuple]]:
+            try:
+                while batch := cur.fetchmany(BATCH_ROWS):
+                    yield batch
+            except duckdb.Error as exc:
+                raise QueryError(str(exc).strip()) from None
+
+        return names, batches()
+
+    def reader(self) -> pa.RecordBatchReader:
+        """The result as an Arrow stream (for the columnar formats)."""
+        import duckdb
+
+        try:
+            rel = self.con.sql(self.query)
+            if rel is None:  # a statement without a result (e.g. a PRAGMA that sets something)
+                rel = self.con.sql("select 'ok' as result")
+            return rel.to_arrow_reader(BATCH_ROWS)
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip()) from None
+
+
 @contextlib.contextmanager
 def run_query(
     sql: str, home: str | os.PathLike | None = None, con: duckdb.DuckDBPyConnection | None = None
-) -> Iterator[pa.RecordBatchReader]:
-    """Run read-only ``sql`` and yield a batch reader over the last statement's result."""
-    import duckdb
+) -> Iterator[list[Result]]:
+    """Check ``sql`` (read-only, one or more statements) and yield one :class:`Result` per statement.
 
+    Every statement is refused before any runs if one of them would write. Each result runs when
+    it is read, in order.
+    """
     queries = check_read_only(sql)
     own = con is None
-    con = con or connect(home, read_only=True)
+    if own:
+        from qkdb.api import connect
+
+        con = connect(home, read_only=True)
     try:
-        try:
-            for q in queries[:-1]:
-                con.execute(q).fetchall()
-            rel = con.sql(queries[-1])
-            if rel is None:  # a statement without a result (e.g. a PRAGMA that sets something)
-                rel = con.sql("select 'ok' as result")
-            reader = rel.to_arrow_reader(BATCH_ROWS)
-        except duckdb.Error as exc:
-            raise QueryError(str(exc).strip()) from None
-        yield reader
+        yield [Result(con, q) for q in queries]
     finally:
         if own:
             con.close()

@@ -13,23 +13,21 @@ import hashlib
 import os
 import time
 import uuid
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
-from qkdb.warehouse.batches import empty_table
-from qkdb.warehouse import intervals
 from qkdb.warehouse.home import catalog_path, ensure_writable
-from qkdb.warehouse.schema import DERIVED, TABLES, Table
-from qkdb.warehouse.store import LOCKS
-from qkdb.warehouse.views import create_views, load_view_files
 
-if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
+if TYPE_CHECKING:  # (at run time, imported where used: opening a current catalog needs none of them)
     import duckdb
 
+    from qkdb.warehouse.schema import Table
+
+LOCKS = ".locks"  # (store.LOCKS: the same folder)
 CATALOG_FORMAT = 1  # bump when the on-disk layout changes incompatibly
 SCHEMA_DIR = ".schema"
 
@@ -62,25 +60,41 @@ def derived_view_sql(home: Path, table: Table) -> str:
 
 
 def _views_sql(home: Path) -> list[tuple[Table, str]]:
+    from qkdb.warehouse.schema import DERIVED, TABLES
+
     return [(t, table_view_sql(home, t)) for t in TABLES.values()] + [
         (t, derived_view_sql(home, t)) for t in DERIVED.values()
     ]
 
 
+# What the catalog is built from: the table schemas and their documentation, this module's view
+# SQL, the finding views, and the code that computes the findings' intervals (a new version of any
+# of them rebuilds the catalog and recomputes the intervals).
+_DEFINITIONS = ("schema.py", "catalog.py", "intervals.py", "inference.py")
+
+
 def fingerprint(home: Path) -> str:
-    h = hashlib.sha256()
-    h.update(f"{CATALOG_FORMAT}\n{intervals.VERSION}\n{home}\n".encode())
-    for table, sql in _views_sql(home):
-        h.update(sql.encode())
-        h.update(str(table.arrow_schema).encode())
-        for c in table.columns:
-            h.update(c.doc.encode())
-    for view in load_view_files():
-        h.update(view.name.encode() + view.sql.encode())
+    """Identifies what a current catalog of ``home`` holds; computed from the definitions' source text.
+
+    Reading a few files costs a millisecond, where building the schemas would import pyarrow:
+    opening a current catalog stays as cheap as opening the DuckDB file.
+    """
+    h = hashlib.sha256(f"{CATALOG_FORMAT}\n{home}\n".encode())
+    here = Path(__file__).resolve().parent
+    for name in _DEFINITIONS:
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    for entry in sorted(resources.files("qkdb.sql").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            h.update(entry.name.encode() + b"\0" + entry.read_bytes())
     return h.hexdigest()
 
 
 def _write_schema_files(home: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from qkdb.warehouse.batches import empty_table
+    from qkdb.warehouse.schema import DERIVED, TABLES
+
     for table in (*TABLES.values(), *DERIVED.values()):
         folder = home / SCHEMA_DIR / table.name
         if table.name in TABLES:
@@ -108,6 +122,8 @@ def _read_meta(path: Path) -> dict[str, str]:
 
 
 def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
+    from qkdb.warehouse.views import create_views
+
     con.execute("begin")
     for table, sql in _views_sql(home):
         con.execute(f'create or replace view "{table.name}" as {sql}')
@@ -141,6 +157,8 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     holds the lock, so the last writer writes for the latest state.
     """
     (home / LOCKS).mkdir(parents=True, exist_ok=True)
+    from qkdb.warehouse import intervals
+
     with FileLock(str(home / LOCKS / "findings.lock"), timeout=wait):
         con = open_catalog(home, read_only=True, wait=wait)
         try:
@@ -205,13 +223,30 @@ def _has_meta(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def open_catalog(home: Path, read_only: bool = True, wait: float = 10.0) -> duckdb.DuckDBPyConnection:
-    """A connection to the catalog with every view ready (created on first use)."""
+    """A connection to the catalog with every view ready (built or rebuilt first when it is not current)."""
     import duckdb
 
     path = catalog_path(home)
-    if not path.exists() and read_only:
+    if path.exists():
+        # The common case in one connection: the catalog is current, hand it over.
+        con = _connect(path, read_only, wait)
+        try:
+            meta = dict(con.execute("select key, value from qkdb_meta").fetchall()) if _has_meta(con) else {}
+        except duckdb.Error:
+            meta = {}
+        check_format(meta, path)
+        if meta.get("fingerprint") == fingerprint(home):
+            return con
+        con.close()
+    elif read_only:
         ensure_writable(home)
     ensure_catalog(home, wait=wait)
+    return _connect(path, read_only, wait)
+
+
+def _connect(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
     deadline = time.monotonic() + wait
     while True:
         try:

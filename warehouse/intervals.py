@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 FOLDER = FINDING_INTERVALS.name
 DATA = "data.parquet"
-VERSION = 1  # bump when intervals change for the same data: the catalog then recomputes them
 N_BOOT = 2000  # resamples per interval: the 2.5% tail rests on 50 of them
 SEED = 17  # fixed: the same warehouse always gives the same intervals
 LEVEL = 0.95

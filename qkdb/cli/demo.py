@@ -95,8 +95,8 @@ def _print_findings(home: Path) -> None:
         "select count(*) as heads, avg((bias_strength > 0)::int) as share_positive_bias, "
         "avg(abs(r_q_a)) as mean_abs_r_q_a, avg(abs(r_k_a)) as mean_abs_r_k_a from head_metrics"
     )
-    with run_query(sql, home) as reader:
-        write_result(reader, Format.table)
+    with run_query(sql, home) as results:
+        write_result(results[-1], Format.table)
 
 
 def _write_report(home: Path, path: Path) -> Path | None:

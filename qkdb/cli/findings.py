@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -16,8 +15,6 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note, out_console
 from qkdb.cli.output import Format, write_table
 from qkdb.errors import QueryError
-from qkdb.warehouse import TABLES, load_view_files, restrict_models, select_models
-from qkdb.warehouse import describe as describe_object
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
     pass
@@ -36,16 +33,19 @@ def views(
     output: OutputOption = None,
 ) -> None:
     """List every finding view with its one-line description (`qkdb describe NAME` for its columns)."""
+    import pyarrow as pa
+
+    from qkdb.warehouse import TABLES, load_view_files
+
     files = load_view_files()
     rows = [{"name": v.name, "kind": "view", "description": v.description, "depends": ", ".join(v.depends)}
             for v in sorted(files, key=lambda v: v.name)]
     if tables:
         rows = [{"name": t.name, "kind": "table", "description": t.doc, "depends": ""} for t in TABLES.values()] + rows
-    write_table(pa.Table.from_pylist(rows, schema=_LIST_SCHEMA), format, output)
+    schema = pa.schema([(c, pa.string()) for c in ("name", "kind", "description", "depends")])
+    write_table(pa.Table.from_pylist(rows, schema=schema), format, output)
 
 
-_LIST_SCHEMA = pa.schema([("name", pa.string()), ("kind", pa.string()), ("description", pa.string()),
-                          ("depends", pa.string())])
 
 
 @app.command()
@@ -68,6 +68,8 @@ def findings(
     con = api.connect(home, read_only=True)
     try:
         if model or family or series:
+            from qkdb.warehouse import restrict_models, select_models
+
             keep = select_models(con, model or (), family or (), series or ())
             restrict_models(con, keep)  # (recomputes the intervals for these models)
             note(f"findings on {len(keep)} model(s): {', '.join(keep)}")
@@ -109,9 +111,13 @@ def describe(
     """Columns of a warehouse table or finding view, with their types and descriptions."""
     con = api.connect(home, read_only=True)
     try:
+        from qkdb.warehouse import describe as describe_object
+
         d = describe_object(con, name)
     finally:
         con.close()
+    import pyarrow as pa
+
     rows = pa.table({
         "column": [c for c, _, _ in d.columns],
         "type": [t for _, t, _ in d.columns],

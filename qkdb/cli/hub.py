@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import pyarrow as pa
 import typer
 
 from qkdb.cli.app import app
@@ -44,6 +43,8 @@ def list_branches(
 
     repo = repo or hub.DEFAULT_REPO
     branches, origin = hub.list_branches(repo, endpoint=endpoint, cache_dir=cache_dir)
+    import pyarrow as pa
+
     table = pa.table(
         {
             "branch": pa.array([b.name for b in branches], pa.string()),

@@ -11,13 +11,13 @@ from enum import Enum
 from pathlib import Path
 from typing import IO
 
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from qkdb.cli.common import note, out_console
 from qkdb.errors import QueryError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TABLE_ROW_LIMIT = 1000  # a terminal table beyond this is unreadable; other formats stream everything
 
@@ -59,12 +59,39 @@ def _cell(v) -> str:
     return str(v)
 
 
-def write_result(reader: pa.RecordBatchReader, fmt: Format, output: Path | None = None) -> int:
-    """Write every batch of ``reader`` to ``output`` (stdout when None); returns the row count."""
+class TableResult:
+    """An Arrow table offered as a result: its rows, or its batches (the commands' own listings)."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def rows(self):
+        names = self.table.column_names
+        return names, iter([[tuple(r[c] for c in names) for r in self.table.to_pylist()]])
+
+    def reader(self) -> pa.RecordBatchReader:
+        import pyarrow as pa
+
+        return pa.RecordBatchReader.from_batches(self.table.schema, self.table.to_batches())
+
+
+# Formats written from Arrow batches (pyarrow's writers); the others from plain rows, so that a
+# query printed as a table never loads pyarrow (~0.1 s of a command's start).
+ARROW_FORMATS = (Format.parquet, Format.csv)
+
+
+def write_result(result, fmt: Format, output: Path | None = None) -> int:
+    """Write ``result`` (a :class:`qkdb.query.Result` or :class:`TableResult`) to ``output`` (stdout when None).
+
+    Returns the row count.
+    """
     fmt = Format(fmt)
     if fmt is Format.parquet:
+        import pyarrow.parquet as pq
+
         if output is None and sys.stdout.isatty():
             raise QueryError("parquet output is binary: give -o FILE.parquet (or redirect stdout)")
+        reader = result.reader()
         sink = str(output) if output is not None else sys.stdout.buffer
         n = 0
         with pq.ParquetWriter(sink, reader.schema, compression="zstd") as w:
@@ -74,16 +101,17 @@ def write_result(reader: pa.RecordBatchReader, fmt: Format, output: Path | None 
         return n
     if output is not None:
         with open(output, "w", encoding="utf-8", newline="") as fh:
-            return _write_text(reader, fmt, fh, to_terminal=False)
-    return _write_text(reader, fmt, sys.stdout, to_terminal=True)
+            return _write_text(result, fmt, fh, to_terminal=False)
+    return _write_text(result, fmt, sys.stdout, to_terminal=True)
 
 
-def _write_text(reader: pa.RecordBatchReader, fmt: Format, fh: IO[str], to_terminal: bool) -> int:
-    names = reader.schema.names
-    n = 0
+def _write_text(result, fmt: Format, fh: IO[str], to_terminal: bool) -> int:
     if fmt is Format.csv:
+        import pyarrow as pa
+
         # One small CSV per batch (header on the first only) keeps memory flat for huge results.
-        first = True
+        reader = result.reader()
+        n, first = 0, True
         for batch in reader:
             fh.write(_csv_text(pa.Table.from_batches([batch]), header=first))
             first = False
@@ -91,39 +119,43 @@ def _write_text(reader: pa.RecordBatchReader, fmt: Format, fh: IO[str], to_termi
         if first:
             fh.write(_csv_text(reader.schema.empty_table(), header=True))
         return n
+    names, batches = result.rows()
+    n = 0
     if fmt is Format.jsonl:
-        for batch in reader:
-            for row in batch.to_pylist():
-                fh.write(json.dumps(_jsonable(row)) + "\n")
-            n += batch.num_rows
+        for batch in batches:
+            for row in batch:
+                fh.write(json.dumps(_jsonable(dict(zip(names, row)))) + "\n")
+            n += len(batch)
         return n
     if fmt is Format.json:
         fh.write("[")
-        for batch in reader:
-            for row in batch.to_pylist():
-                fh.write(("," if n else "") + "\n  " + json.dumps(_jsonable(row)))
+        for batch in batches:
+            for row in batch:
+                fh.write(("," if n else "") + "\n  " + json.dumps(_jsonable(dict(zip(names, row)))))
                 n += 1
         fh.write("\n]\n" if n else "]\n")
         return n
     if fmt is Format.markdown:
         fh.write("| " + " | ".join(names) + " |\n")
         fh.write("|" + "|".join("---" for _ in names) + "|\n")
-        for batch in reader:
-            for row in batch.to_pylist():
-                fh.write("| " + " | ".join(_cell(row[c]).replace("|", "\\|") for c in names) + " |\n")
-            n += batch.num_rows
+        for batch in batches:
+            for row in batch:
+                fh.write("| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |\n")
+            n += len(batch)
         return n
     # table
+    from rich.table import Table
+
     table = Table(show_header=True, header_style="bold", show_lines=False)
     for c in names:
         table.add_column(c, overflow="fold")
     shown = 0
-    for batch in reader:
-        for row in batch.to_pylist():
+    for batch in batches:
+        for row in batch:
             if shown < TABLE_ROW_LIMIT:
-                table.add_row(*(_cell(row[c]) for c in names))
+                table.add_row(*(_cell(v) for v in row))
                 shown += 1
-        n += batch.num_rows
+        n += len(batch)
     if to_terminal:
         out_console().print(table)
     else:
@@ -136,10 +168,13 @@ def _write_text(reader: pa.RecordBatchReader, fmt: Format, fh: IO[str], to_termi
 
 
 def _csv_text(table: pa.Table, header: bool) -> str:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     buf = pa.BufferOutputStream()
     pacsv.write_csv(table, buf, write_options=pacsv.WriteOptions(include_header=header))
     return buf.getvalue().to_pybytes().decode()
 
 
 def write_table(table: pa.Table, fmt: Format, output: Path | None = None) -> int:
-    return write_result(pa.RecordBatchReader.from_batches(table.schema, table.to_batches()), fmt, output)
+    return write_result(TableResult(table), fmt, output)

@@ -1,4 +1,4 @@
-"""`qkdb query`: one read-only SQL statement, results to stdout or a file."""
+"""`qkdb query`: read-only SQL, results to stdout or a file."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption
+from qkdb.cli.common import HomeOption, note
 from qkdb.cli.output import Format, write_result
-from qkdb.query import run_query
+from qkdb.errors import QueryError
 
 
 @app.command()
@@ -20,6 +20,21 @@ def query(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     home: HomeOption = None,
 ) -> None:
-    """Run a read-only SQL query on the warehouse (tables and finding views)."""
-    with run_query(sql, home) as reader:
-        write_result(reader, format, output)
+    """Run read-only SQL on the warehouse (tables and finding views).
+
+    Several statements (separated by ';') run in order; each result is printed, one table after
+    the other. Data formats hold one table: with them, give one statement.
+    """
+    from qkdb.query import run_query
+
+    with run_query(sql, home) as results:
+        if len(results) > 1 and (output is not None or Format(format) not in (Format.table, Format.markdown)):
+            raise QueryError(
+                f"{len(results)} statements, but --format {Format(format).value}"
+                + (" and -o" if output is not None else "")
+                + " hold one result: run them one at a time (or print them as tables)"
+            )
+        for k, result in enumerate(results):
+            if len(results) > 1:
+                note(f"-- statement {k + 1} of {len(results)}")
+            write_result(result, format, output)

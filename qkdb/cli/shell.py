@@ -16,10 +16,10 @@ import typer
 from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, err, note
-from qkdb.cli.output import Format, write_result
+from qkdb.cli.output import Format, TableResult, write_result
+from qkdb.query import Result
 from qkdb.errors import QkdbError, QueryError, WarehouseError
-from qkdb.warehouse import catalog_path, load_view_files, resolve_home
-from qkdb.warehouse import describe as describe_object
+from qkdb.warehouse import catalog_path, resolve_home
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
     import duckdb
@@ -71,10 +71,12 @@ class Shell:
             try:
                 if _reads_intervals(st.query):
                     self._refresh_intervals()
-                rel = self.con.sql(st.query)
-                if rel is None:
+                if kind == "SELECT":  # streamed: a big result is printed as its first rows
+                    write_result(Result(self.con, st.query), self.fmt)
                     continue
-                write_result(rel.to_arrow_reader(4096), self.fmt)
+                rel = self.con.sql(st.query)  # (other statements run here, at once)
+                if rel is not None:
+                    write_result(TableResult(rel.to_arrow_table()), self.fmt)
             except duckdb.Error as exc:
                 msg = str(exc).strip()
                 if "read-only" in msg.lower() or "read only" in msg.lower():
@@ -104,6 +106,8 @@ class Shell:
         if word in (".help", ".h"):
             note(HELP)
         elif word == ".views":
+            from qkdb.warehouse import load_view_files
+
             self._list([(v.name, v.description) for v in sorted(load_view_files(), key=lambda v: v.name)])
         elif word == ".tables":
             from qkdb.warehouse import TABLES
@@ -114,6 +118,8 @@ class Shell:
                 self._error(".describe needs a table or view name")
             else:
                 try:
+                    from qkdb.warehouse import describe as describe_object
+
                     d = describe_object(self.con, arg)
                 except QkdbError as exc:
                     self._error(str(exc))
@@ -141,7 +147,7 @@ class Shell:
 
         cols = list(zip(*rows)) if rows else [[] for _ in names]
         table = pa.table({n: pa.array([str(v) for v in c], pa.string()) for n, c in zip(names, cols)})
-        write_result(pa.RecordBatchReader.from_batches(table.schema, table.to_batches()), self.fmt)
+        write_result(TableResult(table), self.fmt)
 
     # -- the loop -----------------------------------------------------------------------------
     def loop(self, read: Callable[[str], str]) -> None:

@@ -13,8 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from qkdb.cli.app import app
 from qkdb.cli.common import Dtype, err, note
 from qkdb.errors import QkdbError
-from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges, SimSpec
-from qkdb.ingest import simulate as run_simulation
+
+
+# The simulator's defaults (ingest/capture/simulate.py: Ranges), written here so that `qkdb --help`
+# need not load the simulator (numpy); tests/cli/test_cli.py keeps them equal.
+SLOPE_RATIO, NEGATIVE_FRACTION = 1.8, 0.013
 
 
 class Pairing(str, Enum):
@@ -76,13 +79,13 @@ def simulate_command(
     ] = None,
     slope_ratio: Annotated[
         float, typer.Option("--slope-ratio", help="Median planted |alpha_k| / |alpha_q|.")
-    ] = Ranges.slope_ratio,
+    ] = SLOPE_RATIO,
     negative_fraction: Annotated[
         float,
         typer.Option(
             "--negative-fraction", min=0.0, max=1.0, help="Share of query heads with negative mu_q_a (primacy bias)."
         ),
-    ] = Ranges.negative_fraction,
+    ] = NEGATIVE_FRACTION,
     force: Annotated[
         bool,
         typer.Option(
@@ -101,6 +104,9 @@ def simulate_command(
         raise QkdbError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise QkdbError(f"{out}: directory is not empty; pass --force to write into it")
+    from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges, SimSpec
+    from qkdb.ingest import simulate as run_simulation
+
     theta = None if no_rope else rope_theta
     spec = SimSpec(
         layers=layers, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim, vectors=vectors, rope_theta=theta,

@@ -175,3 +175,32 @@ def test_home_option_overrides_environment(runner, dataset, tmp_path):
     assert (other / "qk.duckdb").exists()
     out = runner.invoke(app, ["query", "select count(*) as n from heads", "-f", "csv", "--home", str(other)])
     assert out.stdout.splitlines() == ["\"n\"", "8"]
+
+
+def test_simulate_help_defaults_are_the_simulators():
+    from qkdb.cli import simulate as cli_simulate
+    from qkdb.ingest import Ranges
+
+    assert (cli_simulate.SLOPE_RATIO, cli_simulate.NEGATIVE_FRACTION) == (Ranges.slope_ratio, Ranges.negative_fraction)
+
+
+def test_help_and_a_query_load_neither_numpy_nor_pyarrow(tmp_path):
+    # The interactive commands start fast because the layers load only what a command needs.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from qkdb.cli.app import app\n"
+        "try:\n"
+        "    app(sys.argv[1:], prog_name='qkdb')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('numpy', 'pyarrow', 'altair') if m in sys.modules), file=sys.stderr)\n"
+    )
+    home = tmp_path / "home"
+    assert subprocess.run([sys.executable, "-m", "qkdb", "query", "--home", str(home), "select 1"],
+                          capture_output=True).returncode == 0  # (builds the catalog once)
+    for args in (["--help"], ["query", "--home", str(home), "select 1"]):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        assert out.stderr.strip().splitlines()[-1] == "[]", (args, out.stderr)

@@ -11,9 +11,13 @@ from qkdb.query import BATCH_ROWS, run_query
 
 def test_first_batch_of_a_trillion_rows_arrives_at_once(home):
     start = time.monotonic()
-    with run_query("select range as i from range(1000000000000)") as reader:
-        batch = reader.read_next_batch()
+    with run_query("select range as i from range(1000000000000)") as results:
+        batch = results[0].reader().read_next_batch()
     assert batch.num_rows == BATCH_ROWS and batch.column(0)[0].as_py() == 0
+    with run_query("select range as i from range(1000000000000)") as results:
+        names, batches = results[0].rows()
+        rows = next(batches)
+    assert names == ["i"] and len(rows) == BATCH_ROWS and rows[0] == (0,)
     assert time.monotonic() - start < 30  # materialising 10^12 rows would never return
 
 
