@@ -19,7 +19,7 @@ import duckdb
 
 from qkdb.charts import claims, registry, style
 from qkdb.charts.caption import text_of
-from qkdb.charts.data import ingested, resolve_models, rows
+from qkdb.charts.data import ingested, resolve_models, rows, single_threaded
 from qkdb.charts.explorer import shared as explorer_shared
 from qkdb.charts.report_html import STATUSES, DataStore, esc, figure_page, page, status_class, verdict
 from qkdb.errors import ChartError
@@ -346,8 +346,13 @@ def build_report(
     series=None,
     title: str = "qkdb report",
     progress=None,
+    findings_from: str = "findings",
 ) -> Report:
-    """The report page and what it shows; ``progress(name, ok)`` is called after each figure."""
+    """The report page and what it shows; ``progress(name, ok)`` is called after each figure.
+
+    ``findings_from`` is what the findings rows are selected from: the ``findings`` view, or the
+    rows stored at publish while they match the data (``qkdb.warehouse.findings_source``).
+    """
     from qkdb._version import version
 
     claims.check()
@@ -355,7 +360,7 @@ def build_report(
     report = Report(html="")
     lead, models_table = _ingested(con, infos)
     try:
-        report.findings = rows(con, f"select {', '.join(FINDING_COLUMNS)} from findings")
+        report.findings = rows(con, f"select {', '.join(FINDING_COLUMNS)} from {findings_from}")
         findings_error = None
     except ChartError as exc:
         findings_error = str(exc)
@@ -364,7 +369,7 @@ def build_report(
     jobs = _jobs(con, models, series)
     figs = _Figures(con, progress)
     by_group: dict[str, list[Drawn]] = {}
-    with explorer_shared():
+    with explorer_shared(), single_threaded(con):
         for group in claims.GROUPS:
             for fig, opts, context in (j for j in jobs if j[0].name in group.figures):
                 d = figs.build(group, fig, opts, context)

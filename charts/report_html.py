@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
+from pathlib import Path
 
 STATUSES = ("holds", "does not hold", "inconclusive", "no data")
 DATA_PREFIX = "qkdb-data:"
@@ -236,11 +238,37 @@ class DataStore:
 
 
 def bundle() -> str:
+    """Vega, Vega-Lite and Vega-Embed as one inline script, cached on disk per vl-convert version.
+
+    vl-convert assembles the bundle in ~0.9 s on every call; it depends on nothing but the two
+    versions, so a report after the first reads it back instead (the user cache dir; a cache that
+    cannot be written only costs the time).
+    """
     import vl_convert as vlc
 
     from qkdb.charts.render import vl_version
 
-    return vlc.javascript_bundle(vl_version=vl_version()).replace("</script", "<\\/script")
+    version = vl_version()
+    cached = _bundle_cache() / f"vl-convert-{vlc.__version__}-vega-lite-{version or 'default'}.js"
+    try:
+        return cached.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = vlc.javascript_bundle(vl_version=version).replace("</script", "<\\/script")
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, cached)  # whole or absent: a reader never sees half a bundle
+    except OSError:
+        pass
+    return text
+
+
+def _bundle_cache() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("qkdb", appauthor=False)) / "js"
 
 
 def page(title: str, body: list[str], specs: dict[str, dict], store: DataStore) -> str:

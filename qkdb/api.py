@@ -56,6 +56,8 @@ def ensure_intervals(con: duckdb.DuckDBPyConnection) -> bool:
     still running or was interrupted, or the connection changed what the findings read (e.g. a
     params view of its own). Returns True when it recomputed them.
     """
+    if warehouse.intervals_current(con):  # the common case, checked without loading numpy
+        return False
     return warehouse.ensure_current(con)
 
 

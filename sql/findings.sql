@@ -453,8 +453,9 @@ select
     f.value as measured_value,
     f.value_lo as measured_low,
     f.value_hi as measured_high,
-    f.n_models,
-    f.n_heads
+    -- Sums of counts are HUGEINT in DuckDB, which Arrow and parquet cannot hold as integers: BIGINT.
+    f.n_models::bigint as n_models,
+    f.n_heads::bigint as n_heads
 from formatted f
 cross join p
 order by f.ord, coalesce(f.measured_scope, f.scope)

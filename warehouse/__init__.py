@@ -10,6 +10,7 @@ Rooms::
     views.py      the finding views: parsing sql/*.sql, creating them, describing them
     inference.py  interval statistics (Wilson, Fisher z, the two-stage bootstrap)
     intervals.py  the finding_intervals table computed from finding_inputs
+    results.py    the findings' rows stored at publish, and whether a connection may use them
 
 This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded
 on first use.
@@ -25,6 +26,8 @@ __getattr__, __dir__ = facade(__name__, {
     "ensure_catalog": "qkdb.warehouse.catalog",
     "refresh_intervals": "qkdb.warehouse.catalog",
     "ensure_current": "qkdb.warehouse.intervals",
+    "intervals_current": "qkdb.warehouse.results",
+    "findings_source": "qkdb.warehouse.results",
     "TABLES": "qkdb.warehouse.schema",
     "DERIVED": "qkdb.warehouse.schema",
     "MODELS": "qkdb.warehouse.schema",
@@ -34,5 +37,6 @@ __getattr__, __dir__ = facade(__name__, {
     "describe": "qkdb.warehouse.views",
     "load_view_files": "qkdb.warehouse.views",
     "restrict_models": "qkdb.warehouse.views",
+    "snapshot": "qkdb.warehouse.views",
     "select_models": "qkdb.warehouse.views",
 })

@@ -149,7 +149,7 @@ def check_format(meta: dict[str, str], path: Path) -> None:
 
 
 def refresh_intervals(home: Path, wait: float = 60.0) -> None:
-    """Recompute and store ``finding_intervals`` for the warehouse as it is now.
+    """Recompute and store ``finding_intervals``, then the findings' rows, for the warehouse as it is now.
 
     Called after every publish and removal (and when the catalog is rebuilt): the findings view
     uses an interval only while it matches the data, so an interval left from before reads as
@@ -157,7 +157,7 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     holds the lock, so the last writer writes for the latest state.
     """
     (home / LOCKS).mkdir(parents=True, exist_ok=True)
-    from qkdb.warehouse import intervals
+    from qkdb.warehouse import intervals, results
 
     with FileLock(str(home / LOCKS / "findings.lock"), timeout=wait):
         con = open_catalog(home, read_only=True, wait=wait)
@@ -166,6 +166,12 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
         finally:
             con.close()
         intervals.write(home, table)
+        # Then the findings' rows with those intervals (a new connection: it reads the new file).
+        con = open_catalog(home, read_only=True, wait=wait)
+        try:
+            results.write_findings(con, home)
+        finally:
+            con.close()
 
 
 def ensure_catalog(home: Path, wait: float = 10.0) -> bool:

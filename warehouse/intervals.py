@@ -8,7 +8,7 @@ fingerprint. The view uses an interval only while fingerprint and estimate still
 interval never outlives the data or the params it was computed for.
 
 On disk the table is one parquet file, ``<home>/finding_intervals/data.parquet``, replaced
-atomically under a lock after every publish or removal (:func:`refresh_home`); a connection whose
+atomically under a lock after every publish or removal (:func:`qkdb.warehouse.catalog.refresh_intervals`); a connection whose
 view of the data differs (models restricted, params shadowed) gets its own copy as a temporary
 table (:func:`install`).
 """
@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from qkdb.warehouse import inference
 from qkdb.warehouse.batches import empty_table, to_batch
+from qkdb.warehouse.results import intervals_current
 from qkdb.warehouse.schema import FINDING_INTERVALS
 from qkdb.warehouse.store import write_file
 
@@ -408,18 +409,9 @@ def install(con: duckdb.DuckDBPyConnection, table: pa.Table | None = None) -> No
         con.execute(f"comment on column temp.finding_intervals.\"{c.name}\" is '{doc}'")
 
 
-def is_current(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the intervals ``con`` reads were computed for what it sees now."""
-    rows = con.execute(
-        "select count(*), count(*) filter (where fingerprint = (select fingerprint from finding_state)) "
-        "from finding_intervals"
-    ).fetchall()[0]
-    return rows[0] > 0 and rows[0] == rows[1]
-
-
 def ensure_current(con: duckdb.DuckDBPyConnection) -> bool:
     """Recompute ``con``'s intervals for this connection when they are out of date; True when it did."""
-    if is_current(con):
+    if intervals_current(con):
         return False
     n_inputs = con.execute("select count(*) from finding_inputs").fetchall()[0][0]
     if n_inputs == 0 and con.execute("select count(*) from finding_intervals").fetchall()[0][0] == 0:

@@ -54,11 +54,11 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     bars = base.mark_rect(opacity=0.85, stroke="white", strokeWidth=0.3).encode(
         # greedy overlap removal and a floor on the tick step: at 460 px, ticks every 5 collided ("−20−15").
         x=alt.X("x0:Q", title=BIAS_E3, axis=alt.Axis(labelOverlap="greedy", tickCount=8)),
-        x2="x1:Q",
+        x2=alt.X2("x1:Q"),
         y=alt.Y("count:Q", title="heads"),
         y2=alt.datum(0),
         color=alt.Color("family:N", scale=family_scale(fams), legend=None),
-        tooltip=["family:N", alt.Tooltip("x0:Q", title="from", format=".3g"),
+        tooltip=[alt.Tooltip("family:N"), alt.Tooltip("x0:Q", title="from", format=".3g"),
                  alt.Tooltip("x1:Q", title="to", format=".3g"), alt.Tooltip("count:Q", title="heads")],
     )
     zero = base.transform_aggregate(_n="count()").mark_rule(color="#333333", strokeDash=[4, 3]).encode(x=alt.datum(0))

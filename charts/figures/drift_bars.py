@@ -42,7 +42,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     offset = alt.YOffset("kind:N", sort=["Q", "K"])
     color = alt.Color("kind:N", scale=kind_scale(), title=None, legend=alt.Legend(
         orient="top", labelExpr="datum.label == 'Q' ? 'mean |r_q| on axis a' : 'mean |r_k| on axis a'"))
-    tooltip = ["model:N", "kind:N", alt.Tooltip("drift:Q", title="mean |r| on a", format=".3f"),
+    tooltip = [alt.Tooltip("model:N"), alt.Tooltip("kind:N"), alt.Tooltip("drift:Q", title="mean |r| on a", format=".3f"),
                alt.Tooltip("pc0:Q", title="mean |r| on PC0", format=".3f"), alt.Tooltip("n_heads:Q", title="heads")]
 
     def panel(family: str, last: bool) -> alt.LayerChart:

@@ -47,12 +47,12 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
                  alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("sd:Q", format=".1%"),
                  alt.Tooltip("cumulative:Q", format=".1%"), alt.Tooltip("n_heads:Q", title="heads")],
     )
-    whiskers = base.mark_rule(color="#333333").encode(x=x, y="lo:Q", y2="hi:Q")
+    whiskers = base.mark_rule(color="#333333").encode(x=x, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"))
     labels = base.mark_text(dy=-8, fontSize=10, color="#333333").encode(
-        x=x, y="hi:Q", text=alt.Text("mean:Q", format=".0%")
+        x=x, y=alt.Y("hi:Q"), text=alt.Text("mean:Q", format=".0%")
     )
     cumulative = base.mark_line(color="#555555", strokeDash=[5, 3], point=alt.OverlayMarkDef(color="#555555", size=25)).encode(
-        x=x, y="cumulative:Q"
+        x=x, y=alt.Y("cumulative:Q")
     )
     pc0 = next((d["mean"] for d in data if d["pc"] == 0), None)
     title = alt.TitleParams(

@@ -127,7 +127,7 @@ def depth_heatmap(
     )
     mark = empty.transform_calculate(sign="datum.empty == 'no layer' ? '·' : '–'").mark_text(
         fontSize=11, color="#888888"
-    ).encode(x=x, y=y, text="sign:N")
+    ).encode(x=x, y=y, text=alt.Text("sign:N"))
     chart = alt.layer(rect, text, blank, mark).properties(
         width=HEATMAP_CELL * N_BINS, height=alt.Step(HEATMAP_CELL * 0.8)
     )

@@ -51,7 +51,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
             alt.Tooltip("n_heads:Q", title="heads"),
         ],
     )
-    whiskers = base.mark_rule(color="#333333").encode(x=x, xOffset=offset, y="lo:Q", y2="hi:Q")
+    whiskers = base.mark_rule(color="#333333").encode(x=x, xOffset=offset, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"))
     pc0 = {d["kind"]: d["mean"] for d in data if d["pc"] == 0 and d["panel"] == data[0]["panel"]} if data else {}
     title = alt.TitleParams(
         "PC roles: position signal of Q and K per principal component",

@@ -93,7 +93,7 @@ class Series:
         data = [{"checkpoint": cp, "phase": ph} for ph, cp in first.items()]
         return alt.Chart(values(data)).mark_text(
             align="left", baseline="top", dx=-step / 2 + 3, dy=3, fontSize=10, color="#444444", fontStyle="italic",
-        ).encode(x=x or self.x(), y=alt.value(0), text="phase:N")
+        ).encode(x=x or self.x(), y=alt.value(0), text=alt.Text("phase:N"))
 
     def width(self) -> int:
         return max(420, 56 * len(self.order))

@@ -54,7 +54,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     line = base.mark_line(point=alt.OverlayMarkDef(size=40), strokeWidth=2.5).encode(
         x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=True)),
         color=alt.Color("factor:N", scale=alt.Scale(domain=[f[2] for f in FACTORS], range=list(COLORS)), legend=None),
-        tooltip=["checkpoint:N", "model:N", "factor:N", alt.Tooltip("value:Q", format=".4g"),
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("model:N"), alt.Tooltip("factor:N"), alt.Tooltip("value:Q", format=".4g"),
                  alt.Tooltip("pct:Q", title="% vs baseline", format="+.1f")],
     )
     layer = alt.layer(s.shading(base), line, data=values(data)).properties(

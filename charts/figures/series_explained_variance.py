@@ -41,11 +41,11 @@ def _panel(s: Series, data: list[dict], pcs: list[str], title: str, height: int)
                           legend=alt.Legend(orient="right"))
     offset = alt.XOffset("pc_label:N", sort=pcs, scale=alt.Scale(paddingOuter=1))
     x = s.x() if pcs[0] != "PC0" else s.x(title=None, labels=False)  # the lower panel names the checkpoints
-    bars = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(x=x, xOffset=offset, y="lo:Q", y2="hi:Q", color=color)
+    bars = base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(x=x, xOffset=offset, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=color)
     line = base.mark_line(point=True, strokeWidth=2.5).encode(
         x=x, xOffset=offset, color=color, strokeDash=dash,
         y=alt.Y("mean:Q", title=title, axis=alt.Axis(format="%"), scale=alt.Scale(zero=True, nice=True)),
-        tooltip=["checkpoint:N", "model:N", "pc_label:N", alt.Tooltip("mean:Q", format=".1%"),
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("model:N"), alt.Tooltip("pc_label:N"), alt.Tooltip("mean:Q", format=".1%"),
                  alt.Tooltip("sd:Q", format=".1%"), alt.Tooltip("n_heads:Q", title="heads")],
     )
     return s.panel(base, bars, line, title=None, height=height, x=x)

@@ -77,8 +77,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     points = base.mark_circle(size=16, opacity=0.75).encode(
         x=x, y=y, color=alt.Color("category:N", scale=category_scale(), sort=list(CATEGORIES), title="category",
                                   legend=alt.Legend(symbolOpacity=1, orient="right")),
-        tooltip=["checkpoint:N", "layer:Q", "head:Q", alt.Tooltip("r_q:Q", format=".3f"),
-                 alt.Tooltip("r_k:Q", format=".3f"), "category:N"],
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("layer:Q"), alt.Tooltip("head:Q"), alt.Tooltip("r_q:Q", format=".3f"),
+                 alt.Tooltip("r_k:Q", format=".3f"), alt.Tooltip("category:N")],
     )
     layer = alt.layer(
         *_corners(base, high, x_def, y_def),

@@ -52,10 +52,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     lo = min([d["lo"] for d in data if d["lo"] is not None] + [-0.2])
     hi = max([d["hi"] for d in data if d["hi"] is not None] + [1.0])
     y = alt.Y("mean:Q", title="mean PC0 position correlation", scale=alt.Scale(domain=[lo, hi], nice=True))
-    bars = base.mark_rule(strokeWidth=1.6, opacity=0.8).encode(x=x, xOffset=offset, y="lo:Q", y2="hi:Q", color=color)
+    bars = base.mark_rule(strokeWidth=1.6, opacity=0.8).encode(x=x, xOffset=offset, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=color)
     line = base.mark_line(point=True, strokeWidth=2.5).encode(
         x=x, xOffset=offset, y=y, color=color,
-        tooltip=["checkpoint:N", "model:N", "kind:N", alt.Tooltip("mean:Q", format=".3f"),
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("model:N"), alt.Tooltip("kind:N"), alt.Tooltip("mean:Q", format=".3f"),
                  alt.Tooltip("sd:Q", format=".3f"), alt.Tooltip("n_heads:Q", title="heads")],
     )
     built = s.panel(

@@ -33,11 +33,11 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     bars = base.mark_bar(stroke="white", strokeWidth=0.6).encode(
         x=x, y=y, order=order,
         color=alt.Color("category:N", scale=category_scale(), title="category", sort=list(CATEGORIES)),
-        tooltip=["checkpoint:N", "model:N", "category:N", alt.Tooltip("fraction:Q", format=".1%"),
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("model:N"), alt.Tooltip("category:N"), alt.Tooltip("fraction:Q", format=".1%"),
                  alt.Tooltip("n_heads:Q", title="heads")],
     )
     labels = base.mark_text(fontSize=10, color="white").encode(
-        x=x, y=alt.Y("fraction:Q", stack="zero", bandPosition=0.5), order=order, detail="category:N",
+        x=x, y=alt.Y("fraction:Q", stack="zero", bandPosition=0.5), order=order, detail=alt.Detail("category:N"),
         text=alt.Text("fraction:Q", format=".0%"),
         opacity=alt.condition("datum.fraction >= 0.06", alt.value(1), alt.value(0)),
     )

@@ -36,10 +36,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     base = alt.Chart()
     x = s.x(title=None)
     y = alt.Y("median:Q", title=None, scale=alt.Scale(zero=False))
-    iqr = base.mark_rule(strokeWidth=2, color="#555555").encode(x=x, y=alt.Y("p25:Q", title=None), y2="p75:Q")
+    iqr = base.mark_rule(strokeWidth=2, color="#555555").encode(x=x, y=alt.Y("p25:Q", title=None), y2=alt.Y2("p75:Q"))
     line = base.mark_line(point=alt.OverlayMarkDef(size=40, color="#222222"), color="#222222", strokeWidth=2).encode(
         x=x, y=y,
-        tooltip=["checkpoint:N", "model:N", "metric:N", alt.Tooltip("median:Q", format=".4g"),
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("model:N"), alt.Tooltip("metric:N"), alt.Tooltip("median:Q", format=".4g"),
                  alt.Tooltip("p25:Q", title="25%", format=".4g"), alt.Tooltip("p75:Q", title="75%", format=".4g"),
                  alt.Tooltip("n_heads:Q", title="heads")],
     )

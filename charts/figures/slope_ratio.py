@@ -41,17 +41,17 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     base = alt.Chart(values(data))
     iqr = base.mark_rule(strokeWidth=3, opacity=0.5).encode(
         y=y, x=alt.X("q25_ratio:Q", scale=scale, title=f"{SLOPE_RATIO} (median; bar = IQR over heads)"),
-        x2="q75_ratio:Q", color=color,
+        x2=alt.X2("q75_ratio:Q"), color=color,
     )
     dots = base.mark_circle(size=80, opacity=1).encode(
-        y=y, x="median_ratio:Q", color=color,
-        tooltip=["model:N", "family:N", alt.Tooltip("median_ratio:Q", title="median", format=".2f"),
+        y=y, x=alt.X("median_ratio:Q"), color=color,
+        tooltip=[alt.Tooltip("model:N"), alt.Tooltip("family:N"), alt.Tooltip("median_ratio:Q", title="median", format=".2f"),
                  alt.Tooltip("q25_ratio:Q", title="25%", format=".2f"), alt.Tooltip("q75_ratio:Q", title="75%", format=".2f"),
                  alt.Tooltip("share_k_faster:Q", title="heads with K faster", format=".0%"),
                  alt.Tooltip("n_heads:Q", title="heads")],
     )
     labels = base.mark_text(align="left", dx=8, dy=-8, fontSize=10, color="#333333").encode(
-        y=y, x="median_ratio:Q", text=alt.Text("median_ratio:Q", format=".2f")
+        y=y, x=alt.X("median_ratio:Q"), text=alt.Text("median_ratio:Q", format=".2f")
     )
     one = base.transform_aggregate(_n="count()").mark_rule(color="#777777", strokeDash=[4, 3]).encode(x=alt.datum(1))
     ov = next((d for d in data if d["scope"] == "overall"), None)

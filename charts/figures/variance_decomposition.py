@@ -53,7 +53,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         color=alt.Color("part:N", scale=alt.Scale(domain=list(PARTS), range=list(PART_COLORS)), title=None,
                         legend=alt.Legend(orient="bottom")),
         order=alt.Order("part_order:Q"),
-        tooltip=["model:N", "part:N", alt.Tooltip("share:Q", format=".1%"),
+        tooltip=[alt.Tooltip("model:N"), alt.Tooltip("part:N"), alt.Tooltip("share:Q", format=".1%"),
                  alt.Tooltip("min_plane_var_fraction:Q", title="plane: min over heads", format=".1%"),
                  alt.Tooltip("max_plane_var_fraction:Q", title="plane: max over heads", format=".1%"),
                  alt.Tooltip("share_b_above_a:Q", title="heads with var b > var a", format=".0%"),
@@ -62,7 +62,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     labels = base.transform_filter("datum.share >= 0.06").mark_text(fontSize=10, color="#222222").encode(
         y=y,
         x=alt.X("share:Q", stack="zero", bandPosition=0.5),
-        detail="part:N",
+        detail=alt.Detail("part:N"),
         order=alt.Order("part_order:Q"),
         text=alt.Text("share:Q", format=".0%"),
     )

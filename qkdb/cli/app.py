@@ -23,7 +23,19 @@ def _debug_enabled(ctx: click.Context | None) -> bool:
 
 
 class QkdbGroup(typer.core.TyperGroup):
-    """Renders every :class:`QkdbError` once, on stderr, with its exit code (traceback only with --debug)."""
+    """Renders every :class:`QkdbError` once, on stderr, with its exit code (traceback only with --debug).
+
+    Commands load on first use (:data:`COMMANDS`).
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            for name, command in _load(COMMANDS[cmd_name]).items():
+                self.commands.setdefault(name, command)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -62,18 +74,28 @@ def _root(
     ctx.obj = {"debug": debug}
 
 
-# Each command lives in its own module and adds itself to `app` on import.
-COMMAND_MODULES = ("ingest", "query", "models", "warehouse", "simulate", "findings", "shell", "hub", "chart", "sniff", "demo")
+# Every command in the order `qkdb --help` lists them, and the module that defines it (each module
+# adds its commands to `app` on import). A module is imported when one of its commands runs, so
+# `qkdb query` loads neither the ingest's options nor rich's progress bars.
+COMMANDS = {
+    "ingest": "ingest", "query": "query", "models": "models", "info": "warehouse", "remove": "warehouse",
+    "simulate": "simulate", "views": "findings", "findings": "findings", "describe": "findings",
+    "shell": "shell", "hub": "hub", "chart": "chart", "report": "chart", "sniff": "sniff", "demo": "demo",
+}
 
 
-def _register() -> None:
+def _load(module: str) -> dict[str, click.Command]:
+    """The click commands of ``qkdb.cli.<module>``, built from what it registered with ``app``."""
     import importlib
 
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"qkdb.cli.{name}")
-
-
-_register()
+    importlib.import_module(f"qkdb.cli.{module}")
+    # Typer built the root group before this import: build the module's commands as a group of
+    # their own (the callback makes Typer return a group even for one command) and take them.
+    sub = typer.Typer(add_completion=False)
+    sub.callback()(lambda: None)
+    sub.registered_commands = [c for c in app.registered_commands if c.callback.__module__ == f"qkdb.cli.{module}"]
+    sub.registered_groups = [g for g in app.registered_groups if COMMANDS.get(g.name) == module]
+    return dict(typer.main.get_command(sub).commands)
 
 
 def main() -> None:

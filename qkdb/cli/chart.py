@@ -77,6 +77,7 @@ def report(
     home: HomeOption = None,
 ) -> None:
     """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
+    from qkdb import warehouse
     from qkdb.api import connect, ensure_intervals
     from qkdb.charts import build_report
 
@@ -84,10 +85,13 @@ def report(
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
     con = connect(home)
     try:
-        if ensure_intervals(con):
+        findings_from = warehouse.findings_source(con)
+        if findings_from == "findings" and ensure_intervals(con):
             typer.echo("the stored intervals of the findings were out of date: recomputed for this report", err=True)
+        # Every figure reads the same few base views: computed once, from memory after that.
+        warehouse.snapshot(con)
         result = build_report(
-            con, models=model or None, series=series or None, title=title,
+            con, models=model or None, series=series or None, title=title, findings_from=findings_from,
             progress=lambda label, ok: typer.echo(f"  {'ok' if ok else 'not supported:'} {label}", err=True),
         )
     finally:

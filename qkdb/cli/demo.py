@@ -85,7 +85,7 @@ def _print_findings(home: Path) -> None:
         from qkdb.cli.output import Format
 
         say("The seeds' findings, measured on this sample (qkdb findings):")
-        findings_command(model=None, family=None, series=None, format=Format.table, output=None, home=home)
+        findings_command(model=None, family=None, series=None, all_rows=False, format=Format.table, output=None, home=home)
         return
     from qkdb.cli.output import Format, write_result
     from qkdb.query import run_query

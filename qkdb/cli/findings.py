@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
-from typing import TYPE_CHECKING
 
+import click
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from qkdb import api
 from qkdb.cli.app import app
@@ -16,14 +15,15 @@ from qkdb.cli.common import HomeOption, note, out_console
 from qkdb.cli.output import Format, write_table
 from qkdb.errors import QueryError
 
-if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
-    pass
-
 FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
 
-# The terminal table shows what a reader needs; every other format carries every column.
-TABLE_COLUMNS = ("id", "statement", "scope", "seed_value", "measured", "status")  # measured: value [95% interval]
+# The terminal shows what a reader needs, one line per finding; every other format carries every column.
+TERMINAL_COLUMNS = ("id", "measured", "seed_value", "status")  # measured: value [95% interval]
+HEADERS = {"id": "id", "measured": "measured [95% interval]", "seed_value": "seed", "status": "status"}
+# Where a narrow terminal takes its columns from first (the seed's wording is in --format csv and the report).
+SHRINK_ORDER = (("seed_value", 8), ("id", 16), ("measured", 16))
+STATUS_COLOURS = {"holds": "green", "does not hold": "red", "inconclusive": "yellow", "no data": "bright_black"}
 
 
 @app.command()
@@ -53,43 +53,96 @@ def findings(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Only these models (repeatable).")] = None,
     family: Annotated[Optional[list[str]], typer.Option("--family", help="Only models of these families (repeatable).")] = None,
     series: Annotated[Optional[list[str]], typer.Option("--series", help="Only checkpoints of these series (repeatable).")] = None,
+    all_rows: Annotated[bool, typer.Option("--all", help="Also list the findings without data (the terminal table; other formats always do).")] = False,
     format: FormatOption = Format.table,
     output: OutputOption = None,
     home: HomeOption = None,
 ) -> None:
-    """The seeds' headline findings: the seed's value, the value measured here with its 95% interval, and the verdict.
+    """The seeds' headline findings: the value measured here with its 95% interval, the seed's value, and the verdict.
 
     A verdict is 'holds' or 'does not hold' only when the interval decides it, else 'inconclusive'.
+    The terminal shows one line per finding with data; --format csv/json/jsonl/markdown/parquet
+    carry every row and column (statement, scope, criterion, interval method, ...).
     With --model/--family/--series every finding and its interval is recomputed on those models
     only (filters combine: a model must pass each one given).
     """
     import duckdb
 
+    from qkdb import warehouse
+
+    terminal = Format(format) is Format.table and output is None
     con = api.connect(home, read_only=True)
     try:
         if model or family or series:
-            from qkdb.warehouse import restrict_models, select_models
-
-            keep = select_models(con, model or (), family or (), series or ())
-            restrict_models(con, keep)  # (recomputes the intervals for these models)
+            keep = warehouse.select_models(con, model or (), family or (), series or ())
+            warehouse.restrict_models(con, keep)  # (recomputes the intervals for these models)
             note(f"findings on {len(keep)} model(s): {', '.join(keep)}")
-        elif api.ensure_intervals(con):
-            note("the stored intervals were out of date (an ingest still running or interrupted?): recomputed for this run")
+            source = "findings"
+        else:
+            # The rows stored when the models were published, while they match; else the view.
+            source = warehouse.findings_source(con)
+            if source == "findings" and api.ensure_intervals(con):
+                note("the stored intervals were out of date (an ingest still running or interrupted?): "
+                     "recomputed for this run")
         try:
-            # A few dozen rows: fetch once, count the verdicts, then write (the view is costly to plan).
-            result = con.sql("select * from findings").to_arrow_table()
+            if terminal:
+                cur = con.execute(f"select {', '.join(TERMINAL_COLUMNS)} from {source}")
+                rows = [dict(zip(TERMINAL_COLUMNS, r)) for r in cur.fetchall()]
+            else:
+                result = con.sql(f"select * from {source}").to_arrow_table()
+                rows = [{"status": s} for s in result.column("status").to_pylist()]
         except duckdb.Error as exc:
             raise QueryError(f"the findings view failed: {str(exc).strip()}") from None
     finally:
         con.close()
-    status = result.column("status").to_pylist()
-    if Format(format) is Format.table and output is None:
-        result = result.select(list(TABLE_COLUMNS))
-    write_table(result, format, output)
-    note(
-        f"{status_counts(status)} (values with their 95% intervals; criteria, methods and all columns: "
-        "--format csv/json/markdown, or `qkdb describe findings`)"
-    )
+    counts = status_counts([r["status"] for r in rows])
+    if not terminal:
+        write_table(result, format, output)
+        note(f"{counts} (values with their 95% intervals)")
+        return
+    shown = rows if all_rows else [r for r in rows if r["status"] != "no data"]
+    note(counts + ("" if all_rows or len(shown) == len(rows) else " (--all lists those too)"))
+    import shutil
+    import sys
+
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    sys.stdout.write("".join(line + "\n" for line in compact_lines(shown, width, colour)))
+    note("criteria, interval methods and every column: --format csv/json/markdown, or `qkdb describe findings`")
+
+
+def compact_lines(rows: list[dict], width: int | None = None, colour: bool = False) -> list[str]:
+    """The terminal table: a header and one line per row, in columns that fit ``width`` characters.
+
+    Columns are as wide as their widest cell; when the total exceeds ``width``, the columns of
+    :data:`SHRINK_ORDER` give up characters in turn (down to their minimum), their cut cells
+    ending in an ellipsis. Status words are coloured when ``colour``.
+    """
+    cols = list(TERMINAL_COLUMNS)
+    cells = [[HEADERS[c] for c in cols]] + [["" if r[c] is None else str(r[c]) for c in cols] for r in rows]
+    widths = {c: max(len(line[i]) for line in cells) for i, c in enumerate(cols)}
+    gap = "  "
+    if width is not None:
+        over = sum(widths.values()) + len(gap) * (len(cols) - 1) - width
+        for c, least in SHRINK_ORDER:
+            if over <= 0:
+                break
+            give = min(over, max(0, widths[c] - least))
+            widths[c] -= give
+            over -= give
+
+    def fit(text: str, n: int) -> str:
+        return text.ljust(n) if len(text) <= n else text[: n - 1] + "\u2026"
+
+    lines = []
+    for k, line in enumerate(cells):
+        parts = [fit(text, widths[c]) for c, text in zip(cols, line)]
+        if k == 0:
+            parts = [click.style(p, bold=True) if colour else p for p in parts]
+        elif colour:
+            parts[-1] = click.style(parts[-1], fg=STATUS_COLOURS.get(line[-1]))
+        lines.append(gap.join(parts).rstrip())
+    return lines
 
 
 def status_counts(status: list[str | None]) -> str:
@@ -126,6 +179,9 @@ def describe(
     if Format(format) is not Format.table or output is not None:
         write_table(rows, format, output)
         return
+    from rich.table import Table
+    from rich.text import Text
+
     console = out_console()
     console.print(Text.assemble((d.name, "bold"), f" ({d.kind}): {d.description}"), soft_wrap=True)
     if d.seed:

@@ -142,6 +142,8 @@ def test_registry_names_every_spec_figure():
     for name, line in registry.listing():
         assert line and "\n" not in line
     assert {f.group for f in registry.FIGURES.values()} == set(registry.GROUPS)
+    # Builders are named, imported when a figure is drawn: every name must lead to a function.
+    assert all(callable(f.function()) for f in registry.FIGURES.values())
 
 
 def test_unknown_figure_suggests_close_names(con):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,7 @@ from qkdb.ingest.metrics import circular as ingest_circular
 from qkdb.ingest.sources.layout import read_metadata, write_metadata
 from qkdb.ingest.capture.simulate import HeadParams, simulate
 from qkdb.warehouse import intervals
+from qkdb.warehouse.results import intervals_current
 from qkdb.warehouse.views import load_view_files
 
 # A seed-like warehouse: the registry names the findings' model groups look for, and a series.
@@ -223,8 +225,8 @@ def test_margins_are_parameters_and_stale_intervals_are_not_used(seed_tables):
     # The params changed: the stored intervals no longer belong to the data, so they are not used.
     status, method = c.execute(q).fetchall()[0]
     assert status == "inconclusive" and method.startswith("interval out of date")
-    assert not intervals.is_current(c)
-    assert intervals.ensure_current(c) and intervals.is_current(c)
+    assert not intervals_current(c)
+    assert intervals.ensure_current(c) and intervals_current(c)
     assert c.execute(q).fetchall()[0][0] == "holds"  # the band is now 3.5-56.6%
     c.execute("create or replace temp view params as select * replace (0.0 as margin_share) from memory.main.params")
     intervals.ensure_current(c)
@@ -504,3 +506,97 @@ def test_restricting_does_not_touch_the_catalog(warehouse):
         assert con.execute("select count(distinct model) from head_metrics").fetchall() == [(4,)]
     finally:
         con.close()
+
+
+def _rows(con, source: str) -> list[tuple]:
+    # NaN != NaN: compare through repr so a stored NaN equals the view's NaN.
+    return [tuple(repr(v) for v in r) for r in con.execute(f"select * from {source} order by id, scope").fetchall()]
+
+
+def test_stored_findings_rows_are_the_views_rows_and_follow_every_change(warehouse, tmp_path):
+    from qkdb.warehouse import findings_source
+
+    home = tmp_path / "copy"
+    shutil.copytree(warehouse, home, symlinks=True)  # (moved: the catalog rebuilds and the rows are stored anew)
+    con = api.connect(home, read_only=True)
+    try:
+        source = findings_source(con)
+        assert source != "findings" and "finding_results" in source
+        assert _rows(con, source) == _rows(con, "findings")
+        # Params shadowed in a session: the stored rows no longer belong to what it sees.
+        db = con.execute("select current_database()").fetchall()[0][0]
+        con.execute(f"create temp view params as select * replace (0.3 as margin_share) from {db}.main.params")
+        assert findings_source(con) == "findings"
+    finally:
+        con.close()
+    api.remove("sim-b", home=home)
+    con = api.connect(home, read_only=True)
+    try:
+        source = findings_source(con)
+        assert source != "findings"  # rewritten by the removal, for the three models left
+        assert _rows(con, source) == _rows(con, "findings")
+        n_models = con.execute(f"select max(n_models) from {source} where id = '003.F1.pos_var_q'").fetchall()[0][0]
+        assert n_models == 2  # sim-a and the series' latest checkpoint
+    finally:
+        con.close()
+    # A stored file from before a publish (its refresh interrupted) is never used.
+    stale = home / "finding_results" / "data.parquet"
+    saved = stale.read_bytes()
+    api.remove("sim-a", home=home)
+    stale.write_bytes(saved)
+    con = api.connect(home, read_only=True)
+    try:
+        assert findings_source(con) == "findings"
+    finally:
+        con.close()
+
+
+def test_terminal_findings_fit_the_terminal(runner, warehouse):
+    from qkdb.cli.findings import compact_lines
+
+    rows = json.loads(runner.invoke(app, ["findings", "--home", str(warehouse), "-f", "json"]).stdout)
+    shown = [r for r in rows if r["status"] != "no data"]
+    assert 0 < len(shown) < len(rows)
+    wide = compact_lines(shown)
+    assert wide[0].split() == ["id", "measured", "[95%", "interval]", "seed", "status"]
+    assert len(wide) == len(shown) + 1 and "\u2026" not in "".join(wide)
+    for width in (120, 80, 60):
+        lines = compact_lines(shown, width)
+        assert max(len(line) for line in lines) <= width
+        # Every line keeps the whole id, the whole verdict and the interval's bracket.
+        for r, line in zip(shown, lines[1:]):
+            assert line.startswith(r["id"][:15]) and line.rstrip().endswith(r["status"])
+    narrow = compact_lines(shown, 60)
+    assert any("\u2026" in line for line in narrow)
+    coloured = compact_lines(shown[:1], colour=True)
+    assert "\x1b[" in coloured[1] and shown[0]["status"] in coloured[1]
+    # The command: counts first (stderr), rows with data only, --all adds the rest.
+    res = runner.invoke(app, ["findings", "--home", str(warehouse)])
+    assert res.exit_code == 0, res.output
+    assert len(res.stdout.splitlines()) == len(shown) + 1
+    assert res.stderr.splitlines()[0].startswith(f"{sum(r['status'] == 'holds' for r in rows)} hold")
+    assert "--all" in res.stderr.splitlines()[0]
+    res = runner.invoke(app, ["findings", "--home", str(warehouse), "--all"])
+    assert len(res.stdout.splitlines()) == len(rows) + 1 and "no data" in res.stdout
+
+
+def test_a_snapshot_of_the_base_views_changes_no_view(warehouse):
+    from qkdb.warehouse import snapshot
+    from qkdb.warehouse.views import SNAPSHOT_VIEWS
+
+    views = ("taxonomy_fractions", "pc_roles", "slope_ratio", "bias_separation", "series_trajectory", "findings")
+    con = api.connect(warehouse, read_only=True)
+    try:
+        con.execute("set threads = 1")  # (the same summation order both times)
+        before = {v: _rows_any(con, v) for v in views}
+        snapshot(con)
+        kinds = dict(con.execute("select table_name, table_type from information_schema.tables "
+                                 "where table_schema = 'main' and table_catalog = 'temp'").fetchall())
+        assert {kinds.get(v) for v in SNAPSHOT_VIEWS} == {"LOCAL TEMPORARY"}
+        assert {v: _rows_any(con, v) for v in views} == before
+    finally:
+        con.close()
+
+
+def _rows_any(con, view: str) -> list[tuple]:
+    return sorted(tuple(repr(v) for v in r) for r in con.execute(f"select * from {view}").fetchall())
