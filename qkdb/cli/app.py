@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
 import typer.core
 
 from qkdb.errors import QkdbError
 
 
-def _debug_enabled(ctx: click.Context | None) -> bool:
+def _debug_enabled(ctx: typer.Context | None) -> bool:
     if os.environ.get("QKDB_DEBUG"):
         return True
     while ctx is not None:
@@ -28,22 +27,22 @@ class QkdbGroup(typer.core.TyperGroup):
     Commands load on first use (:data:`COMMANDS`).
     """
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | typer.core.TyperGroup | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             for name, command in _load(COMMANDS[cmd_name]).items():
                 self.commands.setdefault(name, command)
         return self.commands.get(cmd_name)
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         except QkdbError as exc:
             if _debug_enabled(ctx):
                 raise
-            click.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {exc}", err=True)
             raise SystemExit(exc.exit_code) from None
         except BrokenPipeError:
             # `qkdb query ... | head`: the reader has what it wanted; stop quietly.
@@ -51,7 +50,7 @@ class QkdbGroup(typer.core.TyperGroup):
             os.dup2(devnull, sys.stdout.fileno())
             raise SystemExit(0) from None
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            typer.echo("interrupted", err=True)
             raise SystemExit(130) from None
 
 
@@ -84,7 +83,7 @@ COMMANDS = {
 }
 
 
-def _load(module: str) -> dict[str, click.Command]:
+def _load(module: str) -> dict[str, typer.core.TyperCommand | typer.core.TyperGroup]:
     """The click commands of ``qkdb.cli.<module>``, built from what it registered with ``app``."""
     import importlib
 

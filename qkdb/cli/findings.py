@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from qkdb import api
@@ -138,9 +137,9 @@ def compact_lines(rows: list[dict], width: int | None = None, colour: bool = Fal
     for k, line in enumerate(cells):
         parts = [fit(text, widths[c]) for c, text in zip(cols, line)]
         if k == 0:
-            parts = [click.style(p, bold=True) if colour else p for p in parts]
+            parts = [typer.style(p, bold=True) if colour else p for p in parts]
         elif colour:
-            parts[-1] = click.style(parts[-1], fg=STATUS_COLOURS.get(line[-1]))
+            parts[-1] = typer.style(parts[-1], fg=STATUS_COLOURS.get(line[-1]))
         lines.append(gap.join(parts).rstrip())
     return lines
 
