@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     rate = args.rate * 1e6
     log(f"model: {info['query_heads']} query + {info['key_heads']} key heads, {info['bytes'] / 2**30:.2f} GiB; "
         f"link {args.rate:g} MB/s (the bytes alone: {info['bytes'] / rate:.1f} s)")
-    hub = FakeHub(rate=rate)
+    hub = FakeHub(rate=rate, page_size=1000)  # (the tests page by 7 to exercise paging)
     hub.add_repo(REPO).push_dir(BRANCH, data)
     work = Path(tempfile.mkdtemp(prefix="qkdb-hub-bench-"))
     env = {**os.environ, "HF_ENDPOINT": "", "HF_HUB_DISABLE_TELEMETRY": "1"}

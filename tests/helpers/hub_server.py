@@ -17,6 +17,7 @@ lists but ``resolve`` does not serve, and connections cut in the middle of a bod
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -32,8 +33,17 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 LFS_SUFFIXES = (".parquet",)
 
 
+# Memoised: every listing page names every file's hashes, and a full-size model is 496 files of
+# 3.6 MB (hashing them per page made one listing take minutes). A file's bytes object is the key
+# (bytes cache their hash; a dict lookup tries identity first).
+@functools.lru_cache(maxsize=8192)
 def git_blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@functools.lru_cache(maxsize=8192)
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -57,11 +67,11 @@ class FakeRepo:
         """Make a commit of exactly ``files`` on ``branch`` (created if new); return its sha."""
         h = hashlib.sha1(f"{self.repo_id}\0{branch}\0{len(self.commits)}".encode())
         for path in sorted(files):
-            h.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
+            h.update(path.encode() + b"\0" + sha256_hex(files[path]).encode())
         sha = h.hexdigest()
         self.commits[sha] = Commit(sha, dict(files))
         for path, data in files.items():
-            self.blobs[hashlib.sha256(data).hexdigest()] = (path, data)
+            self.blobs[sha256_hex(data)] = (path, data)
         self.branches[branch] = sha
         return sha
 
@@ -373,7 +383,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "EntryNotFound", f"{path} does not exist", head=head, extra={"X-Repo-Commit": commit.sha})
         base = {"X-Repo-Commit": commit.sha}
         if path.endswith(LFS_SUFFIXES):
-            sha256 = hashlib.sha256(data).hexdigest()
+            sha256 = sha256_hex(data)
             headers = {
                 **base,
                 "Location": f"{self.hub.cdn_url}/cdn/{sha256}",
@@ -446,7 +456,7 @@ def _tree_entries(commit: Commit, sub: str, recursive: bool) -> list[dict] | Non
             continue
         entry = {"type": "file", "oid": git_blob_sha(data), "size": len(data), "path": path}
         if path.endswith(LFS_SUFFIXES):
-            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            entry["lfs"] = {"oid": sha256_hex(data), "size": len(data), "pointerSize": 134}
         out.append(entry)
     for d in sorted(dirs):
         if recursive or "/" not in d[len(prefix) :]:
