@@ -31,18 +31,32 @@ PROMPT, CONTINUE = "qkdb> ", "  ...> "
 # Statements that would leave the read-only catalog: write files, open other databases, fetch code.
 REFUSED = {"COPY", "COPY_DATABASE", "EXPORT", "ATTACH", "DETACH", "LOAD", "EXTENSION"}
 
-HELP = """\
-Type SQL ending with ';' (it may span lines). The warehouse is read-only here; temporary
-views are allowed, e.g. to change a threshold for this session:
-  create temp view params as select * replace (0.8 as taxonomy_high) from qk.main.params;
-Commands:
-  .views              finding views with their descriptions
-  .tables             warehouse tables
-  .describe NAME      columns of a table or view, with types and descriptions
-  .format FMT         output format: table, csv, json, jsonl, markdown
-  .help               this text
-  .quit               leave (or Ctrl-D)
-Try:  from findings;   from taxonomy_fractions where scope = 'family';"""
+# The dot commands: name, other spellings, argument, what it does. `.help` is made from this table.
+COMMANDS: list[tuple[str, tuple[str, ...], str, str]] = [
+    (".views", (), "", "finding views with their descriptions"),
+    (".tables", (), "", "warehouse tables"),
+    (".describe", (".d",), "NAME", "columns of a table or view, with types and descriptions"),
+    (".format", (), "[FMT]", "output format: table, csv, json, jsonl, markdown (none: show it)"),
+    (".help", (".h",), "", "this text (or: help)"),
+    (".quit", (".exit", ".q"), "", "leave (or: exit, quit, Ctrl-D)"),
+]
+TEXT_FORMATS = [f.value for f in Format if f is not Format.parquet]
+# Typed alone at the prompt, these mean what they say (none is a SQL statement).
+BARE_WORDS = {"help": ".help", "exit": ".quit", "quit": ".quit"}
+
+
+def _help_text() -> str:
+    lines = [
+        "Type SQL ending with ';' (it may span lines). The warehouse is read-only here; temporary",
+        "views are allowed, e.g. to change a threshold for this session:",
+        "  create temp view params as select * replace (0.8 as taxonomy_high) from qk.main.params;",
+        "Tab completes keywords, functions, tables, views and columns (also table.column and alias.column).",
+        "Commands:",
+    ]
+    for name, aliases, arg, text in COMMANDS:
+        lines.append(f"  {', '.join((f'{name} {arg}'.strip(), *aliases)):<22}{text}")
+    lines.append("Try:  from findings;   from taxonomy_fractions where scope = 'family';")
+    return "\n".join(lines)
 
 
 class Shell:
@@ -52,6 +66,8 @@ class Shell:
         self.con = con
         self.fmt = fmt
         self.errors = 0
+        self.buffer: list[str] = []  # the lines entered so far of an unfinished statement
+        self.completer = None  # set when Tab completion is on (a qkdb.cli.completion.Completer)
 
     # -- statements ---------------------------------------------------------------------------
     def run_sql(self, sql: str) -> None:
@@ -74,6 +90,8 @@ class Shell:
                 if kind == "SELECT":  # streamed: a big result is printed as its first rows
                     write_result(Result(self.con, st.query), self.fmt)
                     continue
+                if self.completer is not None:  # it may create or drop names
+                    self.completer.invalidate()
                 rel = self.con.sql(st.query)  # (other statements run here, at once)
                 if rel is not None:
                     write_result(TableResult(rel.to_arrow_table()), self.fmt)
@@ -82,6 +100,8 @@ class Shell:
                 if "read-only" in msg.lower() or "read only" in msg.lower():
                     msg = f"refused: the warehouse is read-only in the shell (temporary views are fine). {msg}"
                 self._error(msg)
+            except QkdbError as exc:  # a streamed result that fails as it is read (Result wraps DuckDB's error)
+                self._error(str(exc))
 
     def _refresh_intervals(self) -> None:
         # A temp params view of this session changes what the findings measure: their intervals
@@ -100,44 +120,51 @@ class Shell:
         """Run a dot command; False when the shell should stop."""
         word, _, arg = line.strip().partition(" ")
         arg = arg.strip().rstrip(";").strip()
-        word = word.lower()
-        if word in (".quit", ".exit", ".q"):
+        name = _command_name(word)
+        if name is None:
+            self._error(f"unknown command {word}; .help lists them")
+            return True
+        if name == ".quit":
             return False
-        if word in (".help", ".h"):
-            note(HELP)
-        elif word == ".views":
+        if name == ".help":
+            note(_help_text())
+        elif name == ".views":
             from qkdb.warehouse import load_view_files
 
             self._list([(v.name, v.description) for v in sorted(load_view_files(), key=lambda v: v.name)])
-        elif word == ".tables":
+        elif name == ".tables":
             from qkdb.warehouse import TABLES
 
             self._list([(t.name, t.doc) for t in TABLES.values()])
-        elif word in (".describe", ".d"):
-            if not arg:
-                self._error(".describe needs a table or view name")
-            else:
-                try:
-                    from qkdb.warehouse import describe as describe_object
-
-                    d = describe_object(self.con, arg)
-                except QkdbError as exc:
-                    self._error(str(exc))
-                else:
-                    note(f"{d.name} ({d.kind}): {d.description}")
-                    self._table(["column", "type", "description"], d.columns)
-        elif word == ".format":
-            try:
-                self.fmt = Format(arg)
-            except ValueError:
-                self._error(f"unknown format {arg!r}: use table, csv, json, jsonl or markdown")
-            else:
-                if self.fmt is Format.parquet:
-                    self.fmt = Format.table
-                    self._error("parquet is binary; use `qkdb query -f parquet -o FILE` for it")
-        else:
-            self._error(f"unknown command {word}; .help lists them")
+        elif name == ".describe":
+            self._describe(arg)
+        elif name == ".format":
+            self._format(arg)
         return True
+
+    def _describe(self, arg: str) -> None:
+        if not arg:
+            self._error(".describe needs a table or view name")
+            return
+        try:
+            from qkdb.warehouse import describe as describe_object
+
+            d = describe_object(self.con, arg)
+        except QkdbError as exc:
+            self._error(str(exc))
+        else:
+            note(f"{d.name} ({d.kind}): {d.description}")
+            self._table(["column", "type", "description"], d.columns)
+
+    def _format(self, arg: str) -> None:
+        if not arg:
+            note(f"output format: {self.fmt.value}")
+        elif arg == Format.parquet.value:
+            self._error("parquet is binary; use `qkdb query -f parquet -o FILE` for it")
+        elif arg in TEXT_FORMATS:
+            self.fmt = Format(arg)
+        else:
+            self._error(f"unknown format {arg!r}: use {', '.join(TEXT_FORMATS)}")
 
     def _list(self, rows: list[tuple[str, str]]) -> None:
         self._table(["name", "description"], rows)
@@ -152,7 +179,7 @@ class Shell:
     # -- the loop -----------------------------------------------------------------------------
     def loop(self, read: Callable[[str], str]) -> None:
         """Read statements with ``read(prompt)`` (EOFError ends) until .quit."""
-        buffer: list[str] = []
+        buffer = self.buffer
         while True:
             try:
                 line = read(CONTINUE if buffer else PROMPT)
@@ -162,6 +189,13 @@ class Shell:
                 buffer.clear()
                 err.print("")
                 continue
+            bare = BARE_WORDS.get(line.strip().rstrip(";").strip().lower())
+            if bare and buffer:
+                # Inside a statement a lone `exit` is far more likely meant than SQL: say how, keep the statement.
+                note(f"(the statement is not finished: end it with ';', or Ctrl-C drops it; then {line.strip()})")
+                continue
+            if bare:
+                line = bare
             if not buffer and line.strip().startswith("."):
                 if not self.command(line):
                     return
@@ -170,10 +204,22 @@ class Shell:
                 continue
             buffer.append(line)
             if _complete("\n".join(buffer)):
-                self.run_sql("\n".join(buffer))
+                sql = "\n".join(buffer)
                 buffer.clear()
+                self.run_sql(sql)
         if buffer and "\n".join(buffer).strip():
-            self.run_sql("\n".join(buffer))  # the last statement may lack its ';'
+            sql = "\n".join(buffer)
+            buffer.clear()
+            self.run_sql(sql)  # the last statement may lack its ';'
+
+
+def _command_name(word: str) -> str | None:
+    """The dot command ``word`` names (any of its spellings, any case), or None."""
+    word = word.lower()
+    for name, aliases, _, _ in COMMANDS:
+        if word == name or word in aliases:
+            return name
+    return None
 
 
 def _reads_intervals(query: str) -> bool:
@@ -223,12 +269,38 @@ def _stream_lines(stream: TextIO) -> Callable[[str], str]:
     return read
 
 
-def _with_history(home: Path) -> Callable[[], None]:
-    """Load readline history from the warehouse home; returns the function that saves it."""
+def _tty_reader() -> Callable[[str], str]:
+    """``input`` for a terminal; its prompt goes to stderr when stdout is redirected (stdout is data)."""
+    if sys.stdout.isatty():
+        return input
+
+    def read(prompt: str) -> str:
+        sys.stderr.write(prompt)
+        sys.stderr.flush()
+        return input()
+
+    return read
+
+
+def _interactive(sh: Shell, home: Path) -> Callable[[], None]:
+    """Tab completion and the history file for a terminal session; returns the function that saves the history."""
     try:
         import readline
-    except ImportError:  # pragma: no cover - Windows without pyreadline
+    except ImportError:  # pragma: no cover - a Python built without readline: a plain prompt
         return lambda: None
+    from qkdb.cli.completion import Completer, install
+
+    sh.completer = Completer(
+        sh.con,
+        commands=[c for name, aliases, _, _ in COMMANDS for c in (name, *aliases) if len(c) > 2],
+        arguments={
+            ".describe": lambda names: sorted(names.relations),
+            ".d": lambda names: sorted(names.relations),
+            ".format": lambda names: TEXT_FORMATS,
+        },
+        pending=lambda: sh.buffer,
+    )
+    install(sh.completer)
     path = home / HISTORY_FILE
     try:
         readline.read_history_file(path)
@@ -274,12 +346,14 @@ def shell(
 ) -> None:
     """An interactive SQL prompt on the warehouse (read-only; statements end with ';').
 
-    Reads statements from stdin when it is not a terminal, e.g. `qkdb shell < queries.sql`.
+    Tab completes keywords, functions, tables, views and columns; `.help` lists the commands
+    (`help`, `exit` and `quit` work too). Reads statements from stdin when it is not a terminal,
+    e.g. `qkdb shell < queries.sql`.
     """
     if format is Format.parquet:
         raise QueryError("parquet is binary; use `qkdb query -f parquet -o FILE`")
     home_dir = resolve_home(home)
-    con = api.connect(home_dir, read_only=True)  # creates or updates the catalog if needed
+    con = api.connect(home_dir, read_only=True)  # brings the catalog up to date first
     if duckdb_cli:
         con.close()
         argv = duckdb_cli_command(catalog_path(home_dir))
@@ -289,10 +363,10 @@ def shell(
     interactive = sys.stdin.isatty()
     try:
         if interactive:
-            save = _with_history(home_dir)
-            note(f"qkdb shell on {catalog_path(home_dir)} (read-only). .help for help, .quit to leave.")
+            save = _interactive(sh, home_dir)
+            note(f"qkdb shell on {catalog_path(home_dir)} (read-only). Tab completes; .help for help; .quit to leave.")
             try:
-                sh.loop(input)
+                sh.loop(_tty_reader())
             finally:
                 save()
         else:

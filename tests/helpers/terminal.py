@@ -1,0 +1,34 @@
+"""Driving a real ``qkdb`` process in a pseudo-terminal (pexpect), as a person at a keyboard would."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import pexpect
+
+TAB, CTRL_A, CTRL_C, CTRL_D = "\t", "\x01", "\x03", "\x04"
+
+
+def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None, timeout: float = 30) -> pexpect.spawn:
+    """``qkdb ARGS`` on a pseudo-terminal of 40x200; ``prelude`` is Python run in that process before the CLI.
+
+    The terminal is plain and predictable: no colours, no user readline settings (``INPUTRC``).
+    Everything the process writes is kept in ``child.transcript`` (a StringIO) for failure messages.
+    """
+    code = f"{prelude}\nfrom qkdb.__main__ import main\nmain()\n"
+    full_env = {**os.environ, "NO_COLOR": "1", "TERM": "xterm", "INPUTRC": os.devnull, **(env or {})}
+    child = pexpect.spawn(
+        sys.executable, ["-c", code, *args], env=full_env, encoding="utf-8", dimensions=(40, 200), timeout=timeout
+    )
+    child.transcript = io.StringIO()
+    child.logfile_read = child.transcript
+    return child
+
+
+def finish(child: pexpect.spawn, timeout: float = 30) -> int:
+    """Wait for the process to end; its exit status."""
+    child.expect(pexpect.EOF, timeout=timeout)
+    child.close()
+    return child.exitstatus
