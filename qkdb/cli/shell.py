@@ -17,7 +17,7 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, err, note, open_warehouse
 from qkdb.cli.output import Format, TableResult, write_result
 from qkdb.query import Result
-from qkdb.errors import QkdbError, QueryError, WarehouseError
+from qkdb.errors import EXIT_CODES, QkdbError, QueryError, UsageError, WarehouseError
 from qkdb.warehouse import catalog_path, resolve_home
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
@@ -320,7 +320,7 @@ def duckdb_cli_command(catalog: Path) -> list[str]:
     """The argv that opens ``catalog`` read-only in the duckdb CLI; an error if that cannot work."""
     exe = shutil.which("duckdb")
     if exe is None:
-        raise WarehouseError("no `duckdb` binary on PATH; use `qkdb shell` without --duckdb")
+        raise WarehouseError("no `duckdb` binary on PATH; use `qkdb shell` without --duckdb", kind="not_found")
     try:
         probe = subprocess.run(
             [exe, "-readonly", str(catalog), "-c", "select count(*) from duckdb_views()"],
@@ -337,9 +337,67 @@ def duckdb_cli_command(catalog: Path) -> list[str]:
     return [exe, "-readonly", str(catalog)]
 
 
+HARLEQUIN_MISSING = (
+    "harlequin is not installed: `pip install 'qkdb[ide]'` puts it beside qkdb, or "
+    "`pipx install harlequin` puts it on PATH; or use `qkdb shell` without --ide"
+)
+
+
+def find_harlequin() -> str | None:
+    """The harlequin executable: the one installed beside qkdb (the ``ide`` extra), else the first on PATH."""
+    # This environment's own comes first: it shares qkdb's DuckDB, so it reads the catalog's
+    # storage format; and its bin folder need not be on PATH (a venv used without activating it).
+    beside = Path(sys.executable).parent / "harlequin"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("harlequin")
+
+
+def harlequin_command(catalog: Path) -> list[str]:
+    """The argv that opens ``catalog`` read-only in harlequin; an error (one line) if there is no harlequin.
+
+    A harlequin from another environment (e.g. pipx's) brings its own DuckDB; one older than 2
+    cannot read the catalog, which is said here rather than inside harlequin's window.
+    """
+    exe = find_harlequin()
+    if exe is None:
+        # The program asked for does not exist here: "not found", as the OS says of a missing executable.
+        raise WarehouseError(HARLEQUIN_MISSING, kind="not_found")
+    if Path(exe).parent != Path(sys.executable).parent:
+        version = _duckdb_version_of(exe)
+        if version is not None and version.split(".")[0].isdigit() and int(version.split(".")[0]) < 2:
+            raise WarehouseError(
+                f"{exe} runs DuckDB {version}, which cannot read {catalog} (DuckDB 2 storage); upgrade its "
+                "DuckDB (`pipx inject harlequin 'duckdb>=2,<3'`) or `pip install 'qkdb[ide]'`",
+                kind="system",
+            )
+    return [exe, "--adapter", "duckdb", "--read-only", str(catalog)]
+
+
+def _duckdb_version_of(exe: str) -> str | None:
+    """The DuckDB version importable by the Python that runs the script ``exe``; None when unknown."""
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(512).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None  # not a Python entry point script (a wrapper, a binary): let harlequin speak for itself
+    interpreter = first[2:].split()
+    try:
+        probe = subprocess.run(
+            [*interpreter, "-c", "import duckdb, sys; sys.stdout.write(duckdb.__version__)"],
+            capture_output=True, text=True, timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (probe.stdout.strip() or None) if probe.returncode == 0 else None
+
+
 @app.command()
 def shell(
     duckdb_cli: Annotated[bool, typer.Option("--duckdb", help="Open the catalog in the `duckdb` CLI instead (read-only).")] = False,
+    ide: Annotated[bool, typer.Option("--ide", help="Open the catalog in harlequin, the terminal SQL IDE, instead (read-only).")] = False,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format of results.")] = Format.table,
     home: HomeOption = None,
 ) -> None:
@@ -351,12 +409,16 @@ def shell(
     """
     if format is Format.parquet:
         raise QueryError("parquet is binary; use `qkdb query -f parquet -o FILE`")
+    if duckdb_cli and ide:
+        raise UsageError("--duckdb and --ide each open another program: give one of them")
     home_dir = resolve_home(home)
     con = open_warehouse(home_dir)  # (updates the catalog if needed; never creates a warehouse)
-    if duckdb_cli:
+    if duckdb_cli or ide:
         con.close()
-        argv = duckdb_cli_command(catalog_path(home_dir))
+        catalog = catalog_path(home_dir)
+        argv = harlequin_command(catalog) if ide else duckdb_cli_command(catalog)
         sys.stdout.flush()
+        sys.stderr.flush()
         os.execv(argv[0], argv)
     sh = Shell(con, format)
     interactive = sys.stdin.isatty()
@@ -373,4 +435,5 @@ def shell(
     finally:
         con.close()
     if not interactive and sh.errors:
-        raise typer.Exit(1)
+        # A script whose statements failed: each was reported as it ran; the exit code says "bad input".
+        raise typer.Exit(EXIT_CODES["input"])

@@ -6,16 +6,21 @@ warehouse built by a real ingest.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pexpect
 import pytest
-from helpers.terminal import CTRL_A, CTRL_C, TAB, finish, spawn_qkdb
+from helpers.terminal import CTRL_A, CTRL_C, CTRL_J, CTRL_Q, ESCAPE, TAB, finish, spawn_qkdb
 
 from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.completion import Names, sql_candidates
 from qkdb.cli.shell import COMMANDS, HISTORY_FILE, Shell, _help_text
+from qkdb.errors import EXIT_CODES
 from qkdb.ingest.capture.simulate import simulate
 
 SIM = dict(layers=2, q_heads=4, kv_heads=2, head_dim=32, vectors=300, workers=1)
@@ -232,6 +237,96 @@ def test_help_lists_every_dot_command_the_shell_accepts(warehouse, capsys):
 def test_script_with_bare_words_and_a_failing_select(runner, warehouse):
     script = "help\nselect nope;\nselect 42 as ok;\n.format\nquit\nselect 'never' as s;\n"
     res = runner.invoke(app, ["shell", "--home", str(warehouse)], input=script)
-    assert res.exit_code == 1  # the failed statement, reported once the script ends
+    assert res.exit_code == EXIT_CODES["input"]  # the failed statement, reported once the script ends
     assert "42" in res.stdout and "never" not in res.stdout
     assert ".describe NAME" in res.stderr and "nope" in res.stderr and "output format: table" in res.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# --ide: harlequin on the warehouse
+# ---------------------------------------------------------------------------------------------
+
+# Run in the qkdb process before the CLI: no harlequin "beside" this Python (as when qkdb is
+# installed without the ide extra), so the one on PATH is used, or none.
+NOT_BESIDE = "import sys; sys.executable = '/nonexistent/bin/python'"
+
+
+def _qkdb(*args: str, path: str, prelude: str = NOT_BESIDE) -> subprocess.CompletedProcess:
+    code = f"{prelude}\nfrom qkdb.__main__ import main\nmain()\n"
+    env = {**os.environ, "PATH": path, "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_ide_opens_the_harlequin_on_path_on_the_catalog_read_only(warehouse, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    args = tmp_path / "args.txt"
+    _executable(bin_dir / "harlequin", f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {args}\necho 'harlequin ran'\nexit 0\n")
+    res = _qkdb("shell", "--ide", "--home", str(warehouse), path=f"{bin_dir}:/usr/bin:/bin")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "harlequin ran\n"  # the process became harlequin (exec): nothing of ours after it
+    assert args.read_text().splitlines() == ["--adapter", "duckdb", "--read-only", str(warehouse / "qk.duckdb")]
+
+
+def test_ide_without_harlequin_says_how_to_get_it(warehouse, tmp_path):
+    res = _qkdb("shell", "--ide", "--home", str(warehouse), path=str(tmp_path))
+    assert res.returncode == EXIT_CODES["not_found"]
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: harlequin is not installed")
+    assert "pip install 'qkdb[ide]'" in lines[0] and "pipx install harlequin" in lines[0]
+
+
+def test_ide_refuses_a_harlequin_whose_duckdb_cannot_read_the_catalog(warehouse, tmp_path):
+    # A pipx-style harlequin: a Python entry point whose interpreter has DuckDB 1.x.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = _executable(tmp_path / "old-env-python", "#!/bin/sh\nprintf 1.1.3\n")
+    _executable(bin_dir / "harlequin", f"#!{python}\n# -*- coding: utf-8 -*-\nimport sys\n")
+    res = _qkdb("shell", "--ide", "--home", str(warehouse), path=f"{bin_dir}:/usr/bin:/bin")
+    assert res.returncode == EXIT_CODES["system"], res.stderr
+    assert "runs DuckDB 1.1.3" in res.stderr and "pipx inject harlequin" in res.stderr
+    assert res.stdout == ""  # (not run: run, its "python" would print the version)
+
+
+def test_ide_checks_the_warehouse_first_and_takes_no_duckdb_flag(tmp_path):
+    missing = tmp_path / "nowhere"
+    res = _qkdb("shell", "--ide", "--home", str(missing), path=str(tmp_path))
+    assert res.returncode == EXIT_CODES["not_found"] and f"no warehouse at {missing}" in res.stderr
+    assert not missing.exists()
+    res = _qkdb("shell", "--ide", "--duckdb", "--home", str(missing), path=str(tmp_path))
+    assert res.returncode == EXIT_CODES["usage"] and "give one of them" in res.stderr
+
+
+@pytest.mark.ide
+def test_harlequin_runs_queries_on_the_warehouse_and_cannot_write_it(warehouse, tmp_path):
+    env = {"HOME": str(tmp_path), "TERM": "xterm-256color"}  # harlequin's config, buffers and history stay in tmp
+    child = spawn_qkdb("shell", "--ide", "--home", str(warehouse), env=env, timeout=60)
+    child.expect_exact("Query Editor")
+    if child.expect_exact(["Locale Not Set", "Data Catalog"]) == 0:  # a C locale: harlequin says so first
+        child.send(ESCAPE)
+    run_query = CTRL_J  # harlequin's binding (ctrl+enter is not sent by every terminal)
+    child.send(f"create table ide_probe as select 1 as one{run_query}")
+    child.expect_exact("Query Error")
+    child.expect(r"read.only")
+    # harlequin takes keys as its widgets get focus, not as they arrive: give it time between steps.
+    time.sleep(1)
+    child.send("q")  # closes the error ("any other key closes")
+    time.sleep(1)
+    child.send(CTRL_A)  # select the editor's text, replaced by what is typed
+    time.sleep(0.3)
+    child.send(f"select 'heads=' || count(*) from head_metrics{run_query}")
+    child.expect_exact(f"heads={N_HEADS}")  # only in the result: the editor shows the query's own text
+    child.send(CTRL_Q)
+    assert finish(child, timeout=60) == 0
+    con = api.connect(warehouse, read_only=True)
+    try:
+        assert con.execute("select count(*) from duckdb_tables() where table_name = 'ide_probe'").fetchone() == (0,)
+    finally:
+        con.close()

@@ -8,7 +8,7 @@ import sys
 
 import pexpect
 
-TAB, CTRL_A, CTRL_C, CTRL_D = "\t", "\x01", "\x03", "\x04"
+TAB, ESCAPE, CTRL_A, CTRL_C, CTRL_D, CTRL_J, CTRL_Q = "\t", "\x1b", "\x01", "\x03", "\x04", "\n", "\x11"
 
 
 def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None, timeout: float = 30) -> pexpect.spawn:

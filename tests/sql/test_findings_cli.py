@@ -447,7 +447,7 @@ def test_cli_shell_recomputes_intervals_for_its_own_params(runner, warehouse):
 def test_cli_shell_refuses_writes(runner, warehouse):
     res = runner.invoke(app, ["shell", "--home", str(warehouse)],
                         input="create table t as select 1;\ncopy (select 1) to 'x.csv';\nselect 42 as ok;\n")
-    assert res.exit_code == 1
+    assert res.exit_code == EXIT_CODES["input"]  # failed statements: bad input
     assert "read-only" in res.stderr and "refused: COPY" in res.stderr
     assert "42" in res.stdout
     con = api.connect(warehouse, read_only=True)
@@ -482,8 +482,9 @@ def test_shell_last_statement_without_semicolon(warehouse, capsys):
 
 def test_shell_duckdb_flag_without_binary(warehouse, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(WarehouseError, match="no `duckdb` binary"):
+    with pytest.raises(WarehouseError, match="no `duckdb` binary") as raised:
         duckdb_cli_command(warehouse / "qk.duckdb")
+    assert raised.value.exit_code == EXIT_CODES["not_found"]
 
 
 def test_shell_duckdb_flag_with_an_unreadable_catalog(warehouse, monkeypatch, tmp_path):
