@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qkdb import warehouse
-from qkdb.errors import InputError, RegistryError
+from qkdb.errors import InputError, UsageError
 from qkdb._version import version
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def ingest(
     except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
         raise InputError(str(exc)) from None
     if path is None and not model:
-        raise RegistryError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
+        raise UsageError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
     return pipeline.run(
         Path(path) if path is not None else None, model, options, kind=source,
         home=warehouse.resolve_home(home), progress=progress,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from qkdb import warehouse
 from qkdb.ingest import (
-    VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, open_source, read_metadata,
+    VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, discover, open_source, read_metadata,
     resolve_spec, run_groups, spec_notes, tune_ingest_process,
 )
 from qkdb.errors import InputError, QkdbError
@@ -75,7 +75,9 @@ def run(path: Path | None, name: str | None, options, *, kind: str | None, home:
         progress: Progress | None) -> IngestResult:
     """Plan, check and run one ingest (see :func:`qkdb.api.ingest`)."""
     started, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    metadata = read_metadata(path) if path is not None and path.is_dir() else {}
+    if path is not None:
+        discover(path)  # a missing or empty dataset is the problem to report, before any model facts
+    metadata = read_metadata(path) if path is not None else {}
     spec = resolve_spec(name, metadata, **options.facts())
     warehouse.store.check_model_name(spec.model)
     if options.rope_theta is not None or options.rope_scaling is not None:
@@ -126,8 +128,9 @@ def _publish(job: _Run, progress: Progress) -> IngestResult:
         progress("publish", model=spec.model)
         store.publish(staging)
         staging = None
-        if bad_rows:
-            job.notes.append(_bad_rows_note(bad_rows))
+        for reason, dropped in bad_rows.items():
+            if dropped:
+                job.notes.append(_dropped_rows_note(reason, dropped))
         run_id = _log_run(job, published, done, skipped)
         progress("intervals", model=spec.model)
         job.notes.extend(refresh_intervals(job.home))
@@ -147,7 +150,8 @@ def _stage_heads(job: _Run, outcomes, staging, progress: Progress):
     """Stage every head's rows as it completes; a bad head fails the ingest unless skip_bad_heads."""
     spec, options = job.spec, job.options
     done, skipped, head_dim = 0, [], None
-    bad_rows: dict[str, int] = {}  # file -> rows dropped for bad values (drop_bad_vectors)
+    # reason -> file -> rows dropped: null rows always, rows with bad values with drop_bad_vectors
+    bad_rows: dict[str, dict[str, int]] = {"null": {}, "bad": {}}
     for outcome in outcomes:
         if outcome.error is not None:
             if not options.skip_bad_heads:
@@ -160,7 +164,8 @@ def _stage_heads(job: _Run, outcomes, staging, progress: Progress):
             staging.add(warehouse.TABLES[table_name], cols)
         head_dim = rows.tables["heads"]["head_dim"]
         job.notes.extend(rows.notes)
-        bad_rows.update(rows.bad_rows_dropped)
+        bad_rows["bad"].update(rows.bad_rows_dropped)
+        bad_rows["null"].update(rows.null_rows_dropped)
         done += 1
         progress("head", model=spec.model, layer=outcome.layer, head=outcome.head, ok=True)
         warehouse.store.pause("after_head")
@@ -187,15 +192,18 @@ def _log_run(job: _Run, published: dt.datetime, done: int, skipped: list) -> str
     return run_id
 
 
-def _bad_rows_note(bad_rows: dict[str, int]) -> str:
-    """One line for every row --drop-bad-vectors dropped: how many, in which head files."""
-    files = sorted(bad_rows, key=lambda f: (Path(f).parent.name, f))
-    shown = ", ".join(f"{Path(f).parent.name} {bad_rows[f]}" for f in files[:12])
+def _dropped_rows_note(reason: str, dropped: dict[str, int]) -> str:
+    """One line for the rows an ingest dropped for one reason: how many, in which head files."""
+    files = sorted(dropped, key=lambda f: (Path(f).parent.name, f))
+    shown = ", ".join(f"{Path(f).parent.name} {dropped[f]}" for f in files[:12])
     more = f" and {len(files) - 12} more" if len(files) > 12 else ""
-    total = sum(bad_rows.values())
+    total = sum(dropped.values())
+    why = (
+        "whose vector or position is null" if reason == "null"
+        else f"whose vectors hold NaN, ±inf or values beyond ±{VALUE_BOUND:g} (--drop-bad-vectors)"
+    )
     return (
-        f"dropped {total} row{'s' if total != 1 else ''} whose vectors hold NaN, ±inf or values beyond "
-        f"±{VALUE_BOUND:g} (--drop-bad-vectors; counted in heads.n_dropped), in {len(files)} "
+        f"dropped {total} row{'s' if total != 1 else ''} {why}, counted in heads.n_dropped, in {len(files)} "
         f"file{'s' if len(files) != 1 else ''}: {shown}{more}"
     )
 

@@ -11,7 +11,7 @@ from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
-from qkdb.errors import InputError, QkdbError
+from qkdb.errors import HubError, InputError, QkdbError, UsageError
 from qkdb.ingest import FIT_ROWS, IngestOptions
 
 
@@ -90,27 +90,33 @@ def ingest(
             result = api.ingest(path, names[0], options=options, home=home, progress=progress)
         _report(result)
         return
-    # Several models (--series, --all): one failure is reported and the others go on.
-    failed = []
-    for name in names:
+    # Several models (--series, --all): one failure is reported and the others go on, unless the
+    # Hub cannot be reached at all: then once, with the models left undone.
+    failed: list[tuple[str, QkdbError]] = []
+    for i, name in enumerate(names):
         try:
             with ingest_progress(quiet) as progress:
                 result = api.ingest(path, name, options=options, home=home, progress=progress)
             _report(result)
         except QkdbError as exc:
+            if exc.kind == "network":
+                undone = [n for n, _ in failed] + names[i:]
+                raise HubError(f"{exc}; not ingested: {', '.join(undone)}", kind="network") from None
             note(f"error: {name}: {exc}")
-            failed.append(name)
+            failed.append((name, exc))
     if failed:
-        raise QkdbError(f"{len(failed)} of {len(names)} models failed: {', '.join(failed)}")
+        raise QkdbError(
+            f"{len(failed)} of {len(names)} models failed: {', '.join(n for n, _ in failed)}", kind=failed[0][1].kind
+        )
 
 
 def _models_to_ingest(model, path, series, all_models, repo, cache_dir) -> list:
     chosen = sum(bool(x) for x in (model, series, all_models))
     if chosen > 1:
-        raise InputError("give one of --model, --series or --all")
+        raise UsageError("give one of --model, --series or --all")
     if series or all_models:
         if path is not None:
-            raise InputError("--series and --all ingest from the Hub; use --model with --path")
+            raise UsageError("--series and --all ingest from the Hub; use --model with --path")
         from qkdb.ingest import hub, registry
 
         if series:
@@ -120,10 +126,10 @@ def _models_to_ingest(model, path, series, all_models, repo, cache_dir) -> list:
         return hub.models_on_hub(branches)
     if model:
         if path is not None and len(model) > 1:
-            raise InputError("one --model per --path")
+            raise UsageError("one --model per --path")
         return list(model)
     if path is None:
-        raise InputError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
+        raise UsageError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
     return [None]  # the dataset's qkdb_dataset.json names it
 
 
