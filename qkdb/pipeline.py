@@ -23,7 +23,7 @@ from qkdb.ingest import (
     VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, discover, open_source, read_metadata,
     resolve_spec, run_groups, spec_notes, tune_ingest_process,
 )
-from qkdb.errors import InputError, QkdbError
+from qkdb.errors import InputError, QkdbError, from_os_error
 from qkdb._version import version
 
 Progress = Callable[..., None]
@@ -131,7 +131,10 @@ def _publish(job: _Run, progress: Progress) -> IngestResult:
         for reason, dropped in bad_rows.items():
             if dropped:
                 job.notes.append(_dropped_rows_note(reason, dropped))
-        run_id = _log_run(job, published, done, skipped)
+        try:
+            run_id = _log_run(job, published, done, skipped)
+        except OSError as exc:  # a full disk after the publish: the model is in, say so
+            raise from_os_error(exc, f"{spec.model} is published, but its ingest_runs row was not written") from exc
         progress("intervals", model=spec.model)
         job.notes.extend(refresh_intervals(job.home))
         progress("done", model=spec.model, heads=done, skipped=len(skipped))
@@ -242,5 +245,6 @@ def refresh_intervals(home: Path) -> list[str]:
     try:
         warehouse.refresh_intervals(home)
     except (Timeout, duckdb.Error, OSError, QkdbError) as exc:
-        return [f"findings intervals not updated ({exc}); `qkdb findings` computes them when it runs"]
+        why = str(from_os_error(exc, "writing them")) if isinstance(exc, OSError) else str(exc)
+        return [f"findings intervals not updated ({why}); `qkdb findings` computes them when it runs"]
     return []

@@ -82,6 +82,8 @@ def report(
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
+    if output is not None and not output.parent.exists():  # said before the figures are built, not after
+        raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist", kind="not_found")
     con = open_warehouse(home)
     try:
         findings_from = warehouse.findings_source(con)
@@ -98,8 +100,6 @@ def report(
     if output is None:
         sys.stdout.write(result.html)
     else:
-        if not output.parent.exists():
-            raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist", kind="not_found")
         output.write_text(result.html, encoding="utf-8")
     # typer.echo, not the rich console: a summary line must not be wrapped at 80 columns.
     typer.echo(

@@ -156,7 +156,7 @@ def test_the_missing_warehouse_message_suggests_only_commands_that_parse(runner,
 def test_an_unknown_model_is_not_sent_to_ingest(runner, places, tmp_path):
     # A name outside the registry cannot be fetched with `qkdb ingest --model`: the hint must not say so.
     import qkdb
-    from tests.helpers.datasets import make_dataset
+    from helpers.datasets import make_dataset
 
     home = tmp_path / "home"
     qkdb.ingest(make_dataset(tmp_path / "ds", n=200), "toy", family="T", n_layers=2, gqa_ratio=2, workers=1, home=home)
