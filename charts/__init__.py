@@ -10,6 +10,7 @@ Rooms::
     render.py      PNG, SVG, PDF, HTML, JSON through vl-convert
     report.py      the self-contained HTML report (report_html.py: its page; claims.py: which
                    figures show which claims; explorer.py: the linked head explorer)
+    notebook.py    the Altair renderer "qkdb": charts inline in notebooks with their JavaScript (offline)
 
 Charts read the warehouse through SQL on a connection they are given; they never open one.
 This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded

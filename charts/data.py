@@ -62,14 +62,25 @@ def single_threaded(con: duckdb.DuckDBPyConnection):
     threads, bar = con.execute(
         "select current_setting('threads'), current_setting('enable_progress_bar')"
     ).fetchall()[0]
+    con.execute("set threads = 1")
     # No progress bar either: DuckDB would draw it on the terminal, into `qkdb chart`'s output.
-    con.execute("set threads = 1; set enable_progress_bar = false")
+    _progress_bar(con, False)
     _SINGLE.add(id(con))
     try:
         yield
     finally:
         _SINGLE.discard(id(con))
-        con.execute(f"set threads = {int(threads)}; set enable_progress_bar = {'true' if bar else 'false'}")
+        con.execute(f"set threads = {int(threads)}")
+        _progress_bar(con, bool(bar))
+
+
+def _progress_bar(con: duckdb.DuckDBPyConnection, on: bool) -> None:
+    try:
+        con.execute(f"set enable_progress_bar = {'true' if on else 'false'}")
+    except duckdb.InvalidInputException:
+        # In a Jupyter kernel without ipywidgets DuckDB refuses to change this setting at all, off
+        # included ("required package 'ipywidgets' is missing"); it draws no bar there either.
+        pass
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None, limit: int = ROW_LIMIT) -> list[dict]:
