@@ -50,6 +50,10 @@ class ChartError(QkdbError):
     exit_code = 5
 
 
+class ClusterError(QkdbError):
+    """Running an ingest on a Ray cluster failed: Ray is not installed, or the cluster cannot be reached."""
+
+
 class SniffError(QkdbError):
     """Capturing queries and keys from a model failed."""
 

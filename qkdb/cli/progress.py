@@ -15,7 +15,8 @@ def _mb(n: float) -> str:
 
 
 class IngestDisplay:
-    """The progress callback for ``qkdb.api.ingest(progress=...)``: a bar of heads per model, one of bytes per download."""
+    """The progress callback for ``qkdb.api.ingest(progress=...)``: a bar of heads per model, one of bytes per
+    download; on a Ray cluster, one of models done and failed, with the bytes the workers read and sent back."""
 
     def __init__(self) -> None:
         self.bar = Progress(
@@ -29,6 +30,7 @@ class IngestDisplay:
         )
         self.heads: dict[str, int] = {}  # model -> task id
         self.downloads: dict[str, int] = {}
+        self.models: int | None = None  # the bar of models, on a cluster
 
     def __call__(self, event: str, **info) -> None:
         bar, model = self.bar, info.get("model", "")
@@ -40,6 +42,13 @@ class IngestDisplay:
             bar.advance(task)
             t = bar.tasks[task]
             bar.update(task, detail=f"{int(t.completed)}/{int(t.total or 0)} heads")
+        elif event == "cluster":  # models on a Ray cluster: each one's heads are counted on its worker
+            total, done, failed = info.get("total") or 0, info.get("done") or 0, info.get("failed") or 0
+            if self.models is None:
+                self.models = bar.add_task("ray", total=total, detail="")
+            detail = f"{done}/{total} models" + (f", {failed} failed" if failed else "")
+            detail += f", read {_mb(info.get('bytes_read') or 0)}, got {_mb(info.get('bytes_received') or 0)}"
+            bar.update(self.models, completed=done + failed, detail=detail)
         elif event == "download":
             total, done = info.get("total") or 0, info.get("done") or 0
             if model not in self.downloads:
