@@ -19,7 +19,7 @@ FOLDERS = {"qkdb": "qkdb", "ingest": "qkdb.ingest", "warehouse": "qkdb.warehouse
 
 
 def _modules() -> dict[str, set[str]]:
-    """Every module of the package (installed name) and the qkdb/typer/rich modules it imports."""
+    """Every module of the package (installed name) and the qkdb/typer/rich/ray modules it imports."""
     out = {}
     for folder, package in FOLDERS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -33,7 +33,7 @@ def _modules() -> dict[str, set[str]]:
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     # `from qkdb.x import y` may import the module qkdb.x.y: count both.
                     imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-            out[name] = {m for m in imported if m.split(".")[0] in ("qkdb", "typer", "rich", "click")}
+            out[name] = {m for m in imported if m.split(".")[0] in ("qkdb", "typer", "rich", "click", "ray")}
     return out
 
 
@@ -109,3 +109,9 @@ def test_only_the_cli_imports_typer_and_rich():
     users = sorted(mod for mod, imports in MODULES.items()
                    if any(_within(i, t) for i in imports for t in ("typer", "rich", "click")))
     assert users and all(_within(m, "qkdb.cli") for m in users), users
+
+
+def test_only_the_cluster_backend_imports_ray():
+    # Ray is an optional extra: one module knows it, and loads it only when a cluster is asked for.
+    users = sorted(mod for mod, imports in MODULES.items() if any(_within(i, "ray") for i in imports))
+    assert users == ["qkdb.ingest.engine.cluster"], users

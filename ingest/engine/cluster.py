@@ -104,7 +104,7 @@ class RayCluster:
             kwargs["address"] = self.address
         try:
             ray.init(**kwargs)
-        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:  # (ConnectionError and TimeoutError are OSErrors)
             raise ClusterError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}") from None
         return self
 
