@@ -292,9 +292,6 @@ def test_a_worker_lost_on_every_try_fails_its_model_cleanly(ray_head, tmp_path):
 @cluster
 def test_cluster_local_starts_ray_here_and_leaves_nothing_running(tmp_path):
     import psutil
-
-    from helpers.ray_head import LOOPBACK_ENV
-
     import ray
 
     from helpers.ray_head import LOOPBACK_ENV, short_tmp
