@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     u = statistics.median(walls["u"])
     print(f"u = {u:.3f} s (median of {len(walls['u'])}); {args.reps} repetitions; 23 models × 300 query heads")
     print(f"{'command':<34} {'wall':>7} {'× u':>6} {'target':>7}")
-    for name, cmd in steps.items():
-        label = " ".join(cmd[3:5]) if name != "query" else 'query "select 1"'
+    labels = {"help": "--help", "query": 'query "select 1"', "findings": "findings",
+              "chart": "chart bias-strength -o fig.png", "report": "report -o report.html"}
+    for name in steps:
+        label = labels[name]
         r = statistics.median(ratios[name])
         print(f"qkdb {label:<29} {statistics.median(walls[name]):6.2f}s {r:6.1f} {TARGETS[name]:6.1f}u"
               f"  {'ok' if r <= TARGETS[name] else 'over'}")

@@ -160,7 +160,7 @@ def resolve_models(con: duckdb.DuckDBPyConnection, models=None) -> list[str]:
     """
     infos = ingested(con)
     if not infos:
-        raise ChartError(f"no model is ingested; {INGEST_HINT}")
+        raise ChartError(f"no model is ingested; {INGEST_HINT}", kind="not_found")
     if not models:
         return [i.model for i in infos if i.pooled]
     if isinstance(models, str):
@@ -170,7 +170,8 @@ def resolve_models(con: duckdb.DuckDBPyConnection, models=None) -> list[str]:
     if missing:
         raise ChartError(
             f"model(s) not ingested: {', '.join(missing)} (ingested: {', '.join(i.model for i in infos)}); "
-            f"ingest with `qkdb ingest --model {missing[0]}`"
+            "`qkdb models` lists the registry's models, which `qkdb ingest --model NAME` fetches",
+            kind="not_found",
         )
     chosen = set(models)
     return [i.model for i in infos if i.model in chosen]
@@ -179,7 +180,7 @@ def resolve_models(con: duckdb.DuckDBPyConnection, models=None) -> list[str]:
 def resolve_one_model(con: duckdb.DuckDBPyConnection, models=None, figure: str = "this figure") -> str:
     """The single model of a per-model figure: the one given, else the first pooled model."""
     if models and not isinstance(models, str) and len(models) > 1:
-        raise ChartError(f"{figure} shows one model; give one --model (got {', '.join(models)})")
+        raise ChartError(f"{figure} shows one model; give one --model (got {', '.join(models)})", kind="usage")
     return resolve_models(con, models)[0]
 
 
@@ -199,11 +200,13 @@ def resolve_series(con: duckdb.DuckDBPyConnection, series: str | None = None, mi
     got = rows(con, "select series, count(*) as n from models where series is not null group by series order by series")
     counts = {r["series"]: r["n"] for r in got}
     if not counts:
-        raise ChartError(f"no training series is ingested; {SERIES_HINT}")
+        raise ChartError(f"no training series is ingested; {SERIES_HINT}", kind="not_found")
     if series is None:
         series = next(iter(counts))
     elif series not in counts:
-        raise ChartError(f"series {series!r} is not ingested (ingested series: {', '.join(counts)}); {SERIES_HINT}")
+        raise ChartError(
+            f"series {series!r} is not ingested (ingested series: {', '.join(counts)}); {SERIES_HINT}", kind="not_found"
+        )
     if counts[series] < min_checkpoints:
         raise ChartError(
             f"series {series!r} has {counts[series]} checkpoint ingested; a trajectory needs at least "
@@ -254,7 +257,8 @@ def check_heads(con: duckdb.DuckDBPyConnection, model: str, heads: list[tuple[in
         listed = ", ".join(f"{l}.{h}" for l, h in bad)
         raise ChartError(
             f"head(s) {listed} of model {model!r} are not ingested ({len(have)} heads are; "
-            f"list them with `qkdb query \"select layer, head from heads where model = '{model}'\"`)"
+            f"list them with `qkdb query \"select layer, head from heads where model = '{model}'\"`)",
+            kind="not_found",
         )
 
 

@@ -85,7 +85,7 @@ def get(name: str) -> Figure:
 
         close = difflib.get_close_matches(name, FIGURES, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ChartError(f"unknown figure {name!r}.{hint} `qkdb chart --list` names them all.") from None
+        raise ChartError(f"unknown figure {name!r}.{hint} `qkdb chart --list` names them all.", kind="not_found") from None
 
 
 def listing() -> list[tuple[str, str]]:

@@ -76,7 +76,7 @@ def save(chart: alt.TopLevelMixin | dict, path: str | os.PathLike, scale: float 
     path = Path(path)
     data = render(chart, format_of(path), scale=scale)
     if path.parent and not path.parent.exists():
-        raise ChartError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
+        raise ChartError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist", kind="not_found")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)

@@ -28,6 +28,7 @@ __getattr__, __dir__ = facade(__name__, {
     "spec_notes": "qkdb.ingest.sources.facts",
     "HeadSelection": "qkdb.ingest.sources.select",
     "read_metadata": "qkdb.ingest.sources.layout",
+    "discover": "qkdb.ingest.sources.layout",
     "HEAD_DIR": "qkdb.ingest.sources.layout",
     "VALUE_BOUND": "qkdb.ingest.sources.layout",
     "hub": "module:qkdb.ingest.sources.hub",

@@ -34,6 +34,8 @@ def __getattr__(name: str):
         value = getattr(api, name)
         globals()[name] = value
         return value
+    if name == "api":  # `import qkdb; qkdb.api.connect()` works as in a notebook one expects it to
+        return importlib.import_module("qkdb.api")
     if name == "__version__":
         from qkdb._version import version
 

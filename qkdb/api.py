@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qkdb import warehouse
-from qkdb.errors import InputError, QkdbError, RegistryError
+from qkdb.errors import InputError, QkdbError, UsageError
 from qkdb._version import version
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def ingest(
     except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
         raise InputError(str(exc)) from None
     if path is None and not model:
-        raise RegistryError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
+        raise UsageError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
     if cluster is not None:
         (result,) = ingest_many([(path, model)], options=options, source=source, home=home, progress=progress,
                                 cluster=cluster)
@@ -179,7 +179,7 @@ def ingest_many(
     targets = [(Path(p) if p is not None else None, m) for p, m in targets]
     for p, m in targets:
         if p is None and not m:
-            raise RegistryError("give a model name (ingested from the Hub) or a path (a local dataset) for every model")
+            raise UsageError("give a model name (ingested from the Hub) or a path (a local dataset) for every model")
     if cluster is not None:
         return pipeline.run_on_cluster(targets, options, kind=source, home=warehouse.resolve_home(home),
                                        address=cluster, progress=progress)

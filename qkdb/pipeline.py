@@ -20,10 +20,10 @@ from pathlib import Path
 
 from qkdb import warehouse
 from qkdb.ingest import (
-    VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, open_source, read_metadata,
+    VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, discover, open_source, read_metadata,
     resolve_spec, run_groups, spec_notes, tune_ingest_process,
 )
-from qkdb.errors import ClusterError, InputError, QkdbError
+from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
 from qkdb._version import version
 
 Progress = Callable[..., None]
@@ -77,7 +77,9 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
           workers: int) -> _Run:
     """Resolve the facts, check them, open the source and fingerprint what it holds (where the data is read)."""
     started, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    metadata = read_metadata(path) if path is not None and path.is_dir() else {}
+    if path is not None:
+        discover(path)  # a missing or empty dataset is the problem to report, before any model facts
+    metadata = read_metadata(path) if path is not None else {}
     spec = resolve_spec(name, metadata, **options.facts())
     warehouse.store.check_model_name(spec.model)
     if options.rope_theta is not None or options.rope_scaling is not None:
@@ -155,7 +157,7 @@ class _Staged:
     done: int
     skipped: list[tuple[str, str]]
     head_dim: int | None
-    bad_rows: dict[str, int]
+    bad_rows: dict[str, dict[str, int]]  # reason ('null', 'bad') -> file -> rows dropped
 
 
 def _commit(job: _Run, staging, staged: _Staged, progress: Progress) -> str:
@@ -165,8 +167,9 @@ def _commit(job: _Run, staging, staged: _Staged, progress: Progress) -> str:
     staging.close()
     progress("publish", model=job.spec.model)
     warehouse.store.publish(staging)
-    if staged.bad_rows:
-        job.notes.append(_bad_rows_note(staged.bad_rows))
+    for reason, dropped in staged.bad_rows.items():
+        if dropped:
+            job.notes.append(_dropped_rows_note(reason, dropped))
     return _log_run(job, published, staged.done, staged.skipped)
 
 
@@ -233,6 +236,8 @@ def compute_model(path: str | None, name: str | None, options, kind: str | None,
         return _Computed(_detach(job), staged, tables, counted.bytes, time.perf_counter() - job.t0)
     except QkdbError as exc:
         return ModelFailure(label, exc)
+    except OSError as exc:  # (the worker's disk: one line, as on this machine)
+        return ModelFailure(label, from_os_error(exc, f"reading {label} on a Ray worker"))
 
 
 class _Counted:
@@ -269,22 +274,23 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     from qkdb.ingest import ClusterCall, RayCluster
 
     progress = progress or (lambda *a, **k: None)
-    cluster = RayCluster(address, num_cpus=options.workers)  # (a missing Ray fails before the warehouse is touched)
-    home = warehouse.ensure_writable(home)
-    previous = {} if options.force else _published_fingerprints(home)
-    calls = [
-        ClusterCall(name or (str(path) if path is not None else "?"),
-                    (str(path) if path is not None else None, name, options, kind, previous))
-        for path, name in targets
-    ]
     out: list[IngestResult | ModelFailure] = []
-    counts = {"done": 0, "failed": 0, "total": len(calls), "bytes_read": 0, "bytes_received": 0}
-    progress("cluster", **counts)
-    with cluster:
+    # (a missing Ray or an unreachable cluster fails before the warehouse is touched)
+    with RayCluster(address, num_cpus=options.workers) as cluster:
+        home = warehouse.ensure_writable(home)
+        previous = {} if options.force else _published_fingerprints(home)
+        calls = [
+            ClusterCall(name or (str(path) if path is not None else "?"),
+                        (str(path) if path is not None else None, name, options, kind, previous))
+            for path, name in targets
+        ]
+        counts = {"done": 0, "failed": 0, "total": len(calls), "bytes_read": 0, "bytes_received": 0}
+        progress("cluster", **counts)
         for outcome in cluster.run_models(compute_model, calls):
             result = outcome.value
             if outcome.error is not None:
-                result = ModelFailure(outcome.call.label, ClusterError(f"{outcome.call.label}: {outcome.error}"))
+                result = ModelFailure(outcome.call.label,
+                                      ClusterError(f"{outcome.call.label}: {outcome.error}", kind=outcome.kind))
             elif isinstance(result, _Computed):
                 counts["bytes_read"] += result.bytes_read
                 counts["bytes_received"] += sum(t.nbytes for t in (result.tables or {}).values())
@@ -349,7 +355,8 @@ def _stage_heads(job: _Run, outcomes, staging, progress: Progress) -> _Staged:
     """
     spec, options = job.spec, job.options
     done, skipped, head_dim = 0, [], None
-    bad_rows: dict[str, int] = {}  # file -> rows dropped for bad values (drop_bad_vectors)
+    # reason -> file -> rows dropped: null rows always, rows with bad values with drop_bad_vectors
+    bad_rows: dict[str, dict[str, int]] = {"null": {}, "bad": {}}
     for outcome in outcomes:
         if outcome.error is not None:
             if not options.skip_bad_heads:
@@ -362,7 +369,8 @@ def _stage_heads(job: _Run, outcomes, staging, progress: Progress) -> _Staged:
             staging.add(warehouse.TABLES[table_name], cols)
         head_dim = rows.tables["heads"]["head_dim"]
         job.notes.extend(rows.notes)
-        bad_rows.update(rows.bad_rows_dropped)
+        bad_rows["bad"].update(rows.bad_rows_dropped)
+        bad_rows["null"].update(rows.null_rows_dropped)
         done += 1
         progress("head", model=spec.model, layer=outcome.layer, head=outcome.head, ok=True)
         warehouse.store.pause("after_head")
@@ -390,15 +398,18 @@ def _log_run(job: _Run, published: dt.datetime, done: int, skipped: list) -> str
     return run_id
 
 
-def _bad_rows_note(bad_rows: dict[str, int]) -> str:
-    """One line for every row --drop-bad-vectors dropped: how many, in which head files."""
-    files = sorted(bad_rows, key=lambda f: (Path(f).parent.name, f))
-    shown = ", ".join(f"{Path(f).parent.name} {bad_rows[f]}" for f in files[:12])
+def _dropped_rows_note(reason: str, dropped: dict[str, int]) -> str:
+    """One line for the rows an ingest dropped for one reason: how many, in which head files."""
+    files = sorted(dropped, key=lambda f: (Path(f).parent.name, f))
+    shown = ", ".join(f"{Path(f).parent.name} {dropped[f]}" for f in files[:12])
     more = f" and {len(files) - 12} more" if len(files) > 12 else ""
-    total = sum(bad_rows.values())
+    total = sum(dropped.values())
+    why = (
+        "whose vector or position is null" if reason == "null"
+        else f"whose vectors hold NaN, ±inf or values beyond ±{VALUE_BOUND:g} (--drop-bad-vectors)"
+    )
     return (
-        f"dropped {total} row{'s' if total != 1 else ''} whose vectors hold NaN, ±inf or values beyond "
-        f"±{VALUE_BOUND:g} (--drop-bad-vectors; counted in heads.n_dropped), in {len(files)} "
+        f"dropped {total} row{'s' if total != 1 else ''} {why}, counted in heads.n_dropped, in {len(files)} "
         f"file{'s' if len(files) != 1 else ''}: {shown}{more}"
     )
 

@@ -19,6 +19,18 @@ READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA"}
 BATCH_ROWS = 65_536
 
 
+def sql_error(exc: Exception) -> str:
+    """DuckDB's message on one line: its lines joined, without the caret drawing under the statement."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    kept = []
+    for line in lines:
+        if line.startswith("LINE ") or (line and set(line) <= {"^", " "}):
+            break  # the statement quoted back with a caret: the terminal's job, not a one-line error
+        if line:
+            kept.append(line)
+    return " ".join(kept)
+
+
 def check_read_only(sql: str) -> list[str]:
     """The statements of ``sql``; a :class:`QueryError` if any of them would write."""
     import duckdb
@@ -26,7 +38,7 @@ def check_read_only(sql: str) -> list[str]:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(str(exc).strip()) from None
+        raise QueryError(sql_error(exc)) from None
     if not statements:
         raise QueryError("no SQL statement given")
     for st in statements:
@@ -57,7 +69,7 @@ class Result:
         try:
             cur = self.con.execute(self.query)
         except duckdb.Error as exc:
-            raise QueryError(str(exc).strip()) from None
+            raise QueryError(sql_error(exc)) from None
         names = [d[0] for d in cur.description] if cur.description else ["result"]
 
         def batches() -> Iterator[list[tuple]]:
@@ -65,7 +77,7 @@ class Result:
                 while batch := cur.fetchmany(BATCH_ROWS):
                     yield batch
             except duckdb.Error as exc:
-                raise QueryError(str(exc).strip()) from None
+                raise QueryError(sql_error(exc)) from None
 
         return names, batches()
 
@@ -79,7 +91,7 @@ class Result:
                 rel = self.con.sql("select 'ok' as result")
             return rel.to_arrow_reader(BATCH_ROWS)
         except duckdb.Error as exc:
-            raise QueryError(str(exc).strip()) from None
+            raise QueryError(sql_error(exc)) from None
 
 
 @contextlib.contextmanager

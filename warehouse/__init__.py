@@ -22,6 +22,7 @@ __getattr__, __dir__ = facade(__name__, {
     "resolve_home": "qkdb.warehouse.home",
     "catalog_path": "qkdb.warehouse.home",
     "ensure_writable": "qkdb.warehouse.home",
+    "ingested_models": "qkdb.warehouse.home",
     "open_catalog": "qkdb.warehouse.catalog",
     "ensure_catalog": "qkdb.warehouse.catalog",
     "refresh_intervals": "qkdb.warehouse.catalog",

@@ -144,7 +144,7 @@ def check_format(meta: dict[str, str], path: Path) -> None:
     if fmt is not None and int(fmt) > CATALOG_FORMAT:
         raise WarehouseError(
             f"{path} was written by a newer qkdb (catalog format {fmt}, this qkdb reads {CATALOG_FORMAT}); "
-            "upgrade qkdb"
+            "upgrade qkdb", kind="input"
         )
 
 
@@ -217,7 +217,7 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
     except (Timeout, duckdb.IOException):
         if path.exists():
             return False
-        raise WarehouseError(f"{path}: cannot create the catalog, another process holds it open") from None
+        raise WarehouseError(f"{path}: cannot create the catalog, another process holds it open", kind="busy") from None
 
 
 def _has_meta(con: duckdb.DuckDBPyConnection) -> bool:
@@ -245,6 +245,13 @@ def open_catalog(home: Path, read_only: bool = True, wait: float = 10.0) -> duck
             return con
         con.close()
     elif read_only:
+        # A reader never creates a warehouse: without a catalog, only stored models justify one.
+        from qkdb.warehouse.home import ingested_models
+
+        if home.exists() and not home.is_dir():
+            raise WarehouseError(f"{home} is a file, not a warehouse home", kind="input")
+        if not ingested_models(home):
+            raise WarehouseError(f"no warehouse at {home} (nothing was ingested there)", kind="not_found")
         ensure_writable(home)
     ensure_catalog(home, wait=wait)
     return _connect(path, read_only, wait)
@@ -259,5 +266,5 @@ def _connect(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnect
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
             if time.monotonic() > deadline:
-                raise WarehouseError(f"{path}: locked by another process ({exc})") from None
+                raise WarehouseError(f"{path}: locked by another process ({exc})", kind="busy") from None
             time.sleep(0.2)

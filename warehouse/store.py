@@ -30,17 +30,27 @@ from qkdb.errors import WarehouseError
 from qkdb.warehouse.schema import TABLES, Table
 from qkdb.warehouse.batches import check_columns, empty_table, merge_columns, n_rows, to_batch
 
-STORE, STAGING, LOCKS = ".store", ".staging", ".locks"
+from qkdb.warehouse.home import STORE, ingested_models  # noqa: F401  (ingested_models: part of the store's API)
+
+STAGING, LOCKS = ".staging", ".locks"
 DATA = "data.parquet"
 
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+# A model name becomes folder names (`model=NAME`, `NAME.<pid>.<token>` while staging, `NAME.lock`):
+# 200 characters leave room for those within the 255 bytes most file systems allow a name.
+MAX_MODEL_NAME = 200
 
 
 def check_model_name(model: str) -> str:
     if not _MODEL_NAME.fullmatch(model or ""):
         raise WarehouseError(
-            f"model name {model!r} is not usable as a partition: use letters, digits and . _ + -"
+            f"model name {model!r} is not usable as a partition: use letters, digits and . _ + -", kind="input"
+        )
+    if len(model) > MAX_MODEL_NAME:
+        raise WarehouseError(
+            f"model name {model[:40]}... is {len(model)} characters long: at most {MAX_MODEL_NAME} "
+            "(it names folders, and file systems limit a name to 255 bytes)", kind="input"
         )
     return model
 
@@ -71,7 +81,7 @@ def acquire_model(home: Path, model: str, wait: float = 0.0) -> FileLock:
     except Timeout:
         raise WarehouseError(
             f"another qkdb process is ingesting or removing model {model!r} in {home}; "
-            "wait for it to finish (or pass --wait SECONDS)"
+            "wait for it to finish (or pass --wait SECONDS)", kind="busy"
         ) from None
     return lock
 
@@ -293,13 +303,6 @@ def has_history(home: Path, model: str) -> bool:
 
 def is_ingested(home: Path, model: str) -> bool:
     return (home / STORE / model / "current").is_symlink()
-
-
-def ingested_models(home: Path) -> list[str]:
-    store = home / STORE
-    if not store.is_dir():
-        return []
-    return sorted(p.name for p in store.iterdir() if (p / "current").is_symlink())
 
 
 def remove(home: Path, model: str) -> None:

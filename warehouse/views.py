@@ -342,10 +342,11 @@ def select_models(
             known = sorted({r[i] for r in rows if r[i] is not None})
             listing = ", ".join(known) if known else "none"
             raise QueryError(
-                f"{what} {', '.join(repr(m) for m in missing)} not in the warehouse (ingested {what}s: {listing})"
+                f"{what} {', '.join(repr(m) for m in missing)} not in the warehouse (ingested {what}s: {listing})",
+                kind="not_found",
             )
         lowered = {w.lower() for w in wanted}
         keep = [r for r in keep if r[i] is not None and str(r[i]).lower() in lowered]
     if not keep:
-        raise QueryError("no ingested model matches all of the given --model/--family/--series filters")
+        raise QueryError("no ingested model matches all of the given --model/--family/--series filters", kind="not_found")
     return [r[0] for r in keep]

@@ -143,7 +143,7 @@ class SniffOptions:
 
 def _check_model_folder(path: Path) -> None:
     if not path.is_dir():
-        raise SniffError(f"{path}: no such model folder")
+        raise SniffError(f"{path}: no such model folder", kind="not_found")
     if not (path / "config.json").is_file():
         ggufs = sorted(p.name for p in path.glob("*.gguf"))
         hint = f"; for the GGUF file use --gguf {path / ggufs[0]}" if ggufs else ""
@@ -152,7 +152,7 @@ def _check_model_folder(path: Path) -> None:
 
 def _check_gguf(path: Path) -> None:
     if not path.is_file():
-        raise SniffError(f"{path}: no such GGUF file")
+        raise SniffError(f"{path}: no such GGUF file", kind="not_found")
     try:
         with path.open("rb") as fh:
             magic = fh.read(4)

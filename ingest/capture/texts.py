@@ -91,7 +91,7 @@ def iter_documents(source: str | os.PathLike, text_field: str = "text") -> Itera
     elif path.is_file():
         yield from _file_documents(path, text_field)
     else:
-        raise SniffError(f"{source}: no such text file or folder (use 'pydoc' for the built-in corpus)")
+        raise SniffError(f"{source}: no such text file or folder (use 'pydoc' for the built-in corpus)", kind="not_found")
 
 
 def check_source(source: str | os.PathLike, text_field: str = "text") -> None:

@@ -29,6 +29,9 @@ ADDRESS_FORMS = "'local', 'auto', HOST:PORT or ray://HOST:PORT"
 # again the same way.
 RETRIES = 2
 
+# Seconds to wait for a cluster's port to take a connection before saying it cannot be reached.
+PROBE_SECONDS = 10.0
+
 
 @dataclass
 class ClusterCall:
@@ -45,6 +48,7 @@ class ClusterOutcome:
     call: ClusterCall
     value: Any = None
     error: str | None = None  # the task raised, or its worker was lost after Ray's retries
+    kind: str = "internal"  # the error's kind (qkdb.errors.EXIT_CODES)
 
 
 def check_cluster_address(address: str) -> str:
@@ -64,7 +68,8 @@ def import_ray():
     try:
         import ray
     except ImportError as exc:
-        raise ClusterError(f"--cluster needs Ray ({exc.name} is missing): {INSTALL_HINT}") from None
+        # The machine's kind, not usage: the command line is right and runs once the extra is installed.
+        raise ClusterError(f"--cluster needs Ray ({exc.name} is missing): {INSTALL_HINT}", kind="system") from None
     return ray
 
 
@@ -101,11 +106,12 @@ class RayCluster:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             kwargs.update(address="local", include_dashboard=False, num_cpus=self.num_cpus)
         else:
+            _probe(self.address)
             kwargs["address"] = self.address
         try:
             ray.init(**kwargs)
         except (OSError, RuntimeError, ValueError) as exc:  # (ConnectionError and TimeoutError are OSErrors)
-            raise ClusterError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}") from None
+            raise ClusterError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}", kind="network") from None
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -153,13 +159,33 @@ class RayCluster:
         try:
             return ClusterOutcome(call, value=self.ray.get(ref))
         except lost as exc:
-            return ClusterOutcome(call, error=f"worker lost after {retries} retries ({type(exc).__name__}: {_first_line(exc)})")
+            # A node or process the cluster lost is worth another try later ("network"); memory it
+            # ran out of is the machine's ("system"): the same model would run out again.
+            kind = "system" if type(exc).__name__ == "OutOfMemoryError" else "network"
+            return ClusterOutcome(call, error=f"worker lost after {retries} retries ({type(exc).__name__}: "
+                                              f"{_first_line(exc)})", kind=kind)
         except exceptions.TaskCancelledError:
-            return ClusterOutcome(call, error="cancelled")
+            return ClusterOutcome(call, error="cancelled", kind="network")
         except exceptions.RayTaskError as exc:
             # The function raised something it does not turn into a result: a bug, shown as such.
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             return ClusterOutcome(call, error=f"failed on its worker: {type(cause).__name__}: {_first_line(cause)}")
+
+
+def _probe(address: str, timeout: float = PROBE_SECONDS) -> None:
+    """A :class:`ClusterError` ("network") unless ``address``'s port takes a TCP connection within ``timeout``.
+
+    ``ray.init`` keeps retrying an address where nothing listens (minutes, with a log line every few
+    seconds on stderr); a refused or silent port is said at once instead, in one line.
+    """
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {why}", kind="network") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -57,6 +57,7 @@ class HeadRows:
     # file -> rows dropped for values no head produces; the caller sums them into one message
     # (a key file serves several query heads: keyed by file, it is counted once)
     bad_rows_dropped: dict[str, int] = field(default_factory=dict)
+    null_rows_dropped: dict[str, int] = field(default_factory=dict)  # file -> rows with a null vector or position
 
 
 def check_rope(spec, options: IngestOptions) -> None:
@@ -132,6 +133,9 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         )
     rows = HeadRows(ctx.layer, ctx.head)
     rows.bad_rows_dropped = {kd.source: kd.bad_rows_dropped for kd in (q, k) if kd.bad_rows_dropped}
+    rows.null_rows_dropped = {
+        kd.source: kd.data.n_dropped - kd.bad_rows_dropped for kd in (q, k) if kd.data.n_dropped > kd.bad_rows_dropped
+    }
     pca = combined_pca(q.moments, k.moments, options.n_components)
     rot = planar_rotation(q.moments, k.moments, options.b_method)
     if rot.note:

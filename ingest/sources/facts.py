@@ -28,7 +28,7 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     """
     name = name or metadata.get("model")
     if not name:
-        raise RegistryError("give the model's name with --model (the dataset has no qkdb_dataset.json naming it)")
+        raise RegistryError("give the model's name with --model (the dataset has no qkdb_dataset.json naming it)", kind="usage")
     registered = registry.find(name)
     facts = {k: v for k, v in metadata.items() if k in _METADATA_FACTS and v is not None}
     for f in registry.HEAD_COUNTS:

@@ -246,7 +246,7 @@ class HubSource:
             except Exception as exc:  # noqa: BLE001 - every failure becomes one HubError below
                 err, transient = translate(exc, self.repo, self.revision, self.endpoint)
                 if isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError):
-                    err = HubError(f"{where(self.repo, self.revision)}: head file {path} is missing on the branch (HTTP 404)")
+                    err = HubError(f"{where(self.repo, self.revision)}: head file {path} is missing on the branch (HTTP 404)", kind="not_found")
                 elif isinstance(exc, LocalEntryNotFoundError) and offline_now():
                     err = HubError(
                         f"{where(self.repo, self.revision)}: offline (HF_HUB_OFFLINE=1) and {path} is not in the Hugging Face cache"
@@ -435,9 +435,9 @@ def open_source(
     repo = repo or spec.dataset_repo or DEFAULT_REPO
     revision = revision or spec.dataset_revision
     if not revision:
-        raise HubError(f"model {spec.model} has no dataset_revision in the registry: give --revision (a branch of {repo})")
+        raise HubError(f"model {spec.model} has no dataset_revision in the registry: give --revision (a branch of {repo})", kind="usage")
     if not spec.gqa_ratio:
-        raise HubError(f"model {spec.model}: the GQA ratio is unknown; give --gqa-ratio")
+        raise HubError(f"model {spec.model}: the GQA ratio is unknown; give --gqa-ratio", kind="usage")
     selection = selection or HeadSelection()
     cache = Path(cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
     commit, files, origin = list_files(repo, revision, endpoint=endpoint, cache_dir=cache, token=token)
@@ -449,7 +449,7 @@ def open_source(
     absent = sorted(head_dir_name(l, h, "q") for (l, h) in selection.heads if (l, h) not in found.queries)
     if absent:
         shown = ", ".join(absent[:8]) + (f" and {len(absent) - 8} more" if len(absent) > 8 else "")
-        raise HubError(f"{label}: head folder(s) {shown} not found {scope} ({len(found.queries)} query heads there)")
+        raise HubError(f"{label}: head folder(s) {shown} not found {scope} ({len(found.queries)} query heads there)", kind="not_found")
     try:
         plan = plan_groups(found, spec.gqa_ratio, selection)
     except InputError as exc:

@@ -50,13 +50,13 @@ def translate(exc: BaseException, repo: str, revision: str | None, endpoint: str
     asked = where(repo, revision)
     host = endpoint or constants.ENDPOINT
     if isinstance(exc, GatedRepoError):
-        return HubError(f"{asked} is gated: request access on its Hub page, then {LOGIN_HINT}"), False
+        return HubError(f"{asked} is gated: request access on its Hub page, then {LOGIN_HINT}", kind="input"), False
     if isinstance(exc, RepositoryNotFoundError):
-        return HubError(f"dataset repo {repo!r} not found on {host} (if it is private: {LOGIN_HINT})"), False
+        return HubError(f"dataset repo {repo!r} not found on {host} (if it is private: {LOGIN_HINT})", kind="not_found"), False
     if isinstance(exc, RevisionNotFoundError):
-        return HubError(f"{asked}: revision not found"), False
+        return HubError(f"{asked}: revision not found", kind="not_found"), False
     if isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError):
-        return HubError(f"{asked}: file not found on the Hub ({exc.__class__.__name__})"), False
+        return HubError(f"{asked}: file not found on the Hub ({exc.__class__.__name__})", kind="not_found"), False
     if isinstance(exc, (OfflineModeIsEnabled, LocalEntryNotFoundError, RevisionResolutionError)):
         if offline_now() or isinstance(exc, OfflineModeIsEnabled):
             return HubError(
@@ -67,9 +67,9 @@ def translate(exc: BaseException, repo: str, revision: str | None, endpoint: str
     if isinstance(exc, HfHubHTTPError):
         status = _status(exc)
         if status == 401:
-            return HubError(f"{asked}: not authorised (HTTP 401); {LOGIN_HINT}"), False
+            return HubError(f"{asked}: not authorised (HTTP 401); {LOGIN_HINT}", kind="input"), False
         if status == 403:
-            return HubError(f"{asked}: access forbidden (HTTP 403); check that your token may read it ({LOGIN_HINT})"), False
+            return HubError(f"{asked}: access forbidden (HTTP 403); check that your token may read it ({LOGIN_HINT})", kind="input"), False
         if status is not None and (status >= 500 or status in (408, 429)):
             return HubError(f"{asked}: the Hub at {host} answered HTTP {status}"), True
         return HubError(f"{asked}: the Hub answered HTTP {status} ({_short(exc)})"), False
@@ -108,4 +108,4 @@ def revision_not_found(api: HfApi, repo: str, revision: str, token) -> HubError:
         hint = f"; it has {len(branches)} branches (see `qkdb hub list --repo {repo}`)"
     else:
         hint = ""
-    return HubError(f"{where(repo)}: {kind} {revision!r} not found{hint}")
+    return HubError(f"{where(repo)}: {kind} {revision!r} not found{hint}", kind="not_found")

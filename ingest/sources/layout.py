@@ -124,8 +124,10 @@ def discover(root: str | os.PathLike) -> Discovery:
     head, or when nothing at all is found.
     """
     root = Path(root)
+    if not root.exists():
+        raise InputError(f"{root}: no such dataset directory", kind="not_found")
     if not root.is_dir():
-        raise InputError(f"{root}: no such dataset directory")
+        raise InputError(f"{root}: not a directory (give the dataset's root folder)")
     found = Discovery(root=root)
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -151,7 +153,10 @@ def discover(root: str | os.PathLike) -> Discovery:
             )
         table[(layer, head)] = hf
     if not found.queries:
-        raise InputError(f"{root}: no query head folders (l{{LL}}h{{HH}}q/data.parquet) found")
+        raise InputError(
+            f"{root}: no query head folders (l{{LL}}h{{HH}}q/data.parquet) found: not a sniffed-qk dataset "
+            "(`qkdb sniff` or `qkdb simulate` write one; docs/hub.md describes the layout)"
+        )
     return found
 
 

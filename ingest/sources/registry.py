@@ -203,7 +203,7 @@ def lookup(name: str) -> ModelSpec:
     if spec is None:
         close = suggest(name)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise RegistryError(f"unknown model {name!r}.{hint} See `qkdb models` for the registry.")
+        raise RegistryError(f"unknown model {name!r}.{hint} See `qkdb models` for the registry.", kind="not_found")
     return spec
 
 
@@ -214,5 +214,5 @@ def series_models(series: str) -> list[ModelSpec]:
         names = sorted({s.series for s in load_registry() if s.series})
         close = suggest(series, names)
         hint = f" Did you mean {', '.join(close)}?" if close else f" Known series: {', '.join(names)}."
-        raise RegistryError(f"unknown series {series!r}.{hint}")
+        raise RegistryError(f"unknown series {series!r}.{hint}", kind="not_found")
     return sorted(members, key=lambda s: s.series_order or 0)

@@ -8,17 +8,26 @@ import sys
 import typer
 import typer.core
 
-from qkdb.errors import QkdbError
+from qkdb.errors import EXIT_CODES, INTERRUPTED, QkdbError
+
+DEBUG = "qkdb.debug"  # key in click's ctx.meta (shared by a context and its children)
 
 
 def _debug_enabled(ctx: typer.Context | None) -> bool:
     if os.environ.get("QKDB_DEBUG"):
+        return True
+    if ctx is not None and ctx.meta.get(DEBUG):
         return True
     while ctx is not None:
         if ctx.obj and ctx.obj.get("debug"):
             return True
         ctx = ctx.parent
     return False
+
+
+def _from_the_framework(exc: BaseException) -> bool:
+    # typer's own exceptions (usage errors, --help's exit, Abort) are handled by typer itself.
+    return type(exc).__module__.split(".")[0] in ("typer", "click")
 
 
 class QkdbGroup(typer.core.TyperGroup):
@@ -47,14 +56,22 @@ class QkdbGroup(typer.core.TyperGroup):
         finally:
             self._listing = False
 
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        # --debug is accepted anywhere on the line (`qkdb query "..." --debug`), not only before
+        # the command as click would have it (up to a "--", after which everything is an argument).
+        cut = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:cut]:
+            ctx.meta[DEBUG] = True
+            args = [a for i, a in enumerate(args) if a != "--debug" or i >= cut]
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         except QkdbError as exc:
             if _debug_enabled(ctx):
                 raise
-            typer.echo(f"error: {exc}", err=True)
-            raise SystemExit(exc.exit_code) from None
+            _fail(str(exc), exc.exit_code)
         except BrokenPipeError:
             # `qkdb query ... | head`: the reader has what it wanted; stop quietly.
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -62,7 +79,29 @@ class QkdbGroup(typer.core.TyperGroup):
             raise SystemExit(0) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
-            raise SystemExit(130) from None
+            raise SystemExit(INTERRUPTED) from None
+        except OSError as exc:  # the machine's fault (disk full, permissions, ...) not caught nearer
+            if _debug_enabled(ctx) or _from_the_framework(exc):
+                raise
+            from qkdb.errors import from_os_error
+
+            error = from_os_error(exc, f"qkdb {ctx.invoked_subcommand or ''}".strip())
+            _fail(str(error), error.exit_code)
+        except Exception as exc:
+            if _debug_enabled(ctx) or _from_the_framework(exc):
+                raise
+            _fail(
+                f"internal error in qkdb {ctx.invoked_subcommand or ''}: {type(exc).__name__}: {exc} "
+                "(a bug: run it again with --debug for the traceback, and please report it)",
+                EXIT_CODES["internal"],
+            )
+
+
+def _fail(message: str, code: int) -> None:
+    # One line, whatever a library put in the message.
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    typer.echo(f"error: {message}", err=True)
+    raise SystemExit(code) from None
 
 
 app = typer.Typer(

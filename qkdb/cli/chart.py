@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption
+from qkdb.cli.common import HomeOption, open_warehouse
 from qkdb.errors import ChartError
 
 ModelOption = Annotated[
@@ -46,16 +46,15 @@ def chart(
             typer.echo(f"{n:<{width}}  {line}")
         return
     if not name:
-        raise ChartError("give a figure name (qkdb chart NAME -o FILE), or --list to see them")
+        raise ChartError("give a figure name (qkdb chart NAME -o FILE), or --list to see them", kind="usage")
     registry.get(name)  # unknown names fail before the warehouse is opened
-    from qkdb.api import connect
     from qkdb.charts import chart as build_chart
     from qkdb.charts import render
 
     fmt = render.format_of(output) if output else "json"
     heads = None if not head else (head[0] if len(head) == 1 else head)
     models = None if not model else (model[0] if len(model) == 1 else model)
-    con = connect(home)
+    con = open_warehouse(home)
     try:
         figure = build_chart(name, con, models=models, series=series, head=heads)
     finally:
@@ -78,12 +77,12 @@ def report(
 ) -> None:
     """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
     from qkdb import warehouse
-    from qkdb.api import connect, ensure_intervals
+    from qkdb.api import ensure_intervals
     from qkdb.charts import build_report
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
-    con = connect(home)
+    con = open_warehouse(home)
     try:
         findings_from = warehouse.findings_source(con)
         if findings_from == "findings" and ensure_intervals(con):
@@ -100,7 +99,7 @@ def report(
         sys.stdout.write(result.html)
     else:
         if not output.parent.exists():
-            raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist")
+            raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist", kind="not_found")
         output.write_text(result.html, encoding="utf-8")
     # typer.echo, not the rich console: a summary line must not be wrapped at 80 columns.
     typer.echo(

@@ -38,6 +38,52 @@ def out_console() -> Console:
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 
+def demo_home_default() -> Path:
+    """Where `qkdb demo` puts its sample unless told otherwise (never the user's own warehouse)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("qkdb-demo", appauthor=False))
+
+
+def home_dir(home: Path | None) -> Path:
+    """The warehouse home a command was given (resolved); an error when it names a file."""
+    from qkdb import warehouse
+    from qkdb.errors import WarehouseError
+
+    where = warehouse.resolve_home(home)
+    if where.exists() and not where.is_dir():
+        raise WarehouseError(f"{where} is a file, not a warehouse home (--home or $QKDB_HOME)", kind="input")
+    return where
+
+
+def open_warehouse(home: Path | None, *, need_models: bool = True):
+    """A read-only connection for a reading command; one line saying what to do when there is nothing to read.
+
+    A missing home is never created, and an empty one (no model ingested) is an error for the
+    commands that read models (``need_models``), with the commands that would fill it and, when
+    ``qkdb demo`` has run, where its sample is.
+    """
+    from qkdb import api, warehouse
+    from qkdb.errors import WarehouseError
+
+    where = home_dir(home)
+    models = warehouse.ingested_models(where) if where.is_dir() else []
+    if not models and (need_models or not where.is_dir()):
+        said = f"no warehouse at {where}" if not where.is_dir() else f"the warehouse at {where} holds no model yet"
+        raise WarehouseError(f"{said}; {_fill_hint(where)}", kind="not_found")
+    return api.connect(where, read_only=True)
+
+
+def _fill_hint(where: Path) -> str:
+    from qkdb import warehouse
+
+    hint = "ingest one with `qkdb ingest --model llama3.2-3b` (from the Hub) or `qkdb ingest --path DIR`"
+    demo = demo_home_default()
+    if demo.resolve() != where and warehouse.ingested_models(demo):
+        return f"`qkdb demo` put its sample in {demo}: add --home {demo} (or export QKDB_HOME={demo}), or {hint}"
+    return f"{hint}, or run `qkdb demo` for the bundled sample"
+
+
 def note(message: str) -> None:
     # One message, one line: a log or a terminal wraps it itself (rich would break it at 80 columns off a terminal).
     err.print(message, markup=False, soft_wrap=True)

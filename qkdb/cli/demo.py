@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import err
+from qkdb.cli.common import demo_home_default, err
 from qkdb.errors import ChartError
 
 
@@ -25,12 +25,6 @@ from qkdb.errors import ChartError
 def say(message: str) -> None:
     """A message on stderr, never wrapped (the commands it suggests must stay copyable)."""
     typer.echo(message, err=True)
-
-
-def demo_home_default() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("qkdb-demo", appauthor=False))
 
 
 @app.command("demo")
@@ -110,7 +104,7 @@ def _write_report(home: Path, path: Path) -> Path | None:
 
     path = path.expanduser().resolve()
     if not path.parent.is_dir():
-        raise ChartError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist")
+        raise ChartError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist", kind="not_found")
     con = api.connect(home, read_only=True)
     try:
         with err.status("writing the report"):

@@ -10,7 +10,7 @@ import typer
 
 from qkdb import api
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, note, out_console
+from qkdb.cli.common import HomeOption, home_dir, note, open_warehouse, out_console
 from qkdb.cli.output import Format, write_table
 from qkdb.errors import QueryError
 
@@ -30,8 +30,14 @@ def views(
     tables: Annotated[bool, typer.Option("--tables", help="Also list the warehouse tables.")] = False,
     format: FormatOption = Format.table,
     output: OutputOption = None,
+    home: HomeOption = None,
 ) -> None:
-    """List every finding view with its one-line description (`qkdb describe NAME` for its columns)."""
+    """List every finding view with its one-line description (`qkdb describe NAME` for its columns).
+
+    The views are the same in every warehouse (they ship with qkdb), so none need exist; --home is
+    accepted like everywhere else and must not name a file.
+    """
+    home_dir(home)
     import pyarrow as pa
 
     from qkdb.warehouse import TABLES, load_view_files
@@ -70,7 +76,7 @@ def findings(
     from qkdb import warehouse
 
     terminal = Format(format) is Format.table and output is None
-    con = api.connect(home, read_only=True)
+    con = open_warehouse(home)
     try:
         if model or family or series:
             keep = warehouse.select_models(con, model or (), family or (), series or ())
@@ -161,7 +167,7 @@ def describe(
     home: HomeOption = None,
 ) -> None:
     """Columns of a warehouse table or finding view, with their types and descriptions."""
-    con = api.connect(home, read_only=True)
+    con = open_warehouse(home, need_models=False)
     try:
         from qkdb.warehouse import describe as describe_object
 

@@ -11,7 +11,7 @@ from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
-from qkdb.errors import InputError, QkdbError
+from qkdb.errors import HubError, InputError, QkdbError, UsageError
 from qkdb.ingest import FIT_ROWS, IngestOptions
 
 
@@ -93,11 +93,12 @@ def ingest(
     if cluster is not None:
         with ingest_progress(quiet) as progress:
             outcomes = api.ingest_many(targets, cluster=cluster, options=options, home=home, progress=progress)
-        failed = []
+        # The tasks ran side by side: every failure is reported (a Hub outage does not stop the others).
+        failed: list[tuple[str, QkdbError]] = []
         for outcome in outcomes:
             if isinstance(outcome, api.ModelFailure):
                 note(f"error: {outcome.model}: {outcome.error}")
-                failed.append(outcome.model)
+                failed.append((outcome.model, outcome.error))
             else:
                 _report(outcome)
         _fail_if(failed, len(targets))
@@ -107,34 +108,41 @@ def ingest(
             result = api.ingest(*targets[0], options=options, home=home, progress=progress)
         _report(result)
         return
-    # Several models (--series, --all, several --path): one failure is reported and the others go on.
+    # Several models (--series, --all, several --path): one failure is reported and the others go
+    # on, unless the Hub cannot be reached at all: then once, with the models left undone.
     failed = []
-    for target_path, name in targets:
+    for i, (target_path, name) in enumerate(targets):
+        label = name or str(target_path)
         try:
             with ingest_progress(quiet) as progress:
                 result = api.ingest(target_path, name, options=options, home=home, progress=progress)
             _report(result)
         except QkdbError as exc:
-            label = name or str(target_path)
+            if exc.kind == "network":
+                undone = [n for n, _ in failed] + [m or str(p) for p, m in targets[i:]]
+                raise HubError(f"{exc}; not ingested: {', '.join(undone)}", kind="network") from None
             note(f"error: {label}: {exc}")
-            failed.append(label)
+            failed.append((label, exc))
     _fail_if(failed, len(targets))
 
 
-def _fail_if(failed: list[str], total: int) -> None:
+def _fail_if(failed: list[tuple[str, QkdbError]], total: int) -> None:
+    """One error for the models that failed, of the first failure's kind (its exit code)."""
     if failed:
-        raise QkdbError(f"{len(failed)} of {total} models failed: {', '.join(failed)}")
+        raise QkdbError(
+            f"{len(failed)} of {total} models failed: {', '.join(n for n, _ in failed)}", kind=failed[0][1].kind
+        )
 
 
 def _models_to_ingest(model, paths, series, all_models, repo, cache_dir) -> list[tuple[Path | None, str | None]]:
     """(path, model name) per model to ingest: a None path is the Hub, a None name the dataset's own."""
     chosen = sum(bool(x) for x in (model, series, all_models))
     if chosen > 1:
-        raise InputError("give one of --model, --series or --all")
+        raise UsageError("give one of --model, --series or --all")
     paths = list(paths or [])
     if series or all_models:
         if paths:
-            raise InputError("--series and --all ingest from the Hub; use --model with --path")
+            raise UsageError("--series and --all ingest from the Hub; use --model with --path")
         from qkdb.ingest import hub, registry
 
         if series:
@@ -144,14 +152,14 @@ def _models_to_ingest(model, paths, series, all_models, repo, cache_dir) -> list
         return [(None, m) for m in hub.models_on_hub(branches)]
     if len(paths) > 1:
         if model:
-            raise InputError("with several --path, each dataset's qkdb_dataset.json names its model: --model goes with one --path")
+            raise UsageError("with several --path, each dataset's qkdb_dataset.json names its model: --model goes with one --path")
         return [(p, None) for p in paths]
     if model:
         if paths and len(model) > 1:
-            raise InputError("one --model per --path")
+            raise UsageError("one --model per --path")
         return [(paths[0] if paths else None, m) for m in model]
     if not paths:
-        raise InputError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
+        raise UsageError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
     return [(paths[0], None)]  # the dataset's qkdb_dataset.json names it
 
 

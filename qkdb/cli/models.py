@@ -9,7 +9,7 @@ import typer
 
 from qkdb import api
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption
+from qkdb.cli.common import HomeOption, home_dir, note, open_warehouse
 from qkdb.cli.output import Format, write_table
 
 
@@ -20,8 +20,19 @@ def models(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE.")] = None,
     home: HomeOption = None,
 ) -> None:
-    """List the registry's models (and any other ingested model) with their ingest status."""
-    table = api.models_overview(home)
+    """List the registry's models (and any other ingested model) with their ingest status.
+
+    Works before anything is ingested (the registry is what there is to ingest); a missing
+    warehouse is not created. With --ingested, a missing or empty warehouse is an error.
+    """
+    from qkdb import warehouse
+
+    where = home_dir(home)
+    if ingested:
+        open_warehouse(home).close()  # says what to do when nothing is ingested
+    elif not warehouse.ingested_models(where):
+        note(f"no model ingested in {where} yet: every row below is what `qkdb ingest --model NAME` can fetch")
+    table = api.models_overview(where)
     if ingested:
         table = table.filter(table.column("ingested"))
     write_table(table, format, output)

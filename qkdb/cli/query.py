@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, note
+from qkdb.cli.common import HomeOption, note, open_warehouse
 from qkdb.cli.output import Format, write_result
 from qkdb.errors import QueryError
 
@@ -25,9 +26,11 @@ def query(
     Several statements (separated by ';') run in order; each result is printed, one table after
     the other. Data formats hold one table: with them, give one statement.
     """
-    from qkdb.query import run_query
+    from qkdb.query import check_read_only, run_query
 
-    with run_query(sql, home) as results:
+    check_read_only(sql)  # a refused or malformed statement says so before the warehouse is opened
+    con = open_warehouse(home)
+    with contextlib.closing(con), run_query(sql, con=con) as results:
         if len(results) > 1 and (output is not None or Format(format) not in (Format.table, Format.markdown)):
             raise QueryError(
                 f"{len(results)} statements, but --format {Format(format).value}"

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from qkdb import api
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, err, note
+from qkdb.cli.common import HomeOption, err, note, open_warehouse
 from qkdb.cli.output import Format, TableResult, write_result
 from qkdb.query import Result
 from qkdb.errors import QkdbError, QueryError, WarehouseError
@@ -279,7 +278,7 @@ def shell(
     if format is Format.parquet:
         raise QueryError("parquet is binary; use `qkdb query -f parquet -o FILE`")
     home_dir = resolve_home(home)
-    con = api.connect(home_dir, read_only=True)  # creates or updates the catalog if needed
+    con = open_warehouse(home_dir)  # (updates the catalog if needed; never creates a warehouse)
     if duckdb_cli:
         con.close()
         argv = duckdb_cli_command(catalog_path(home_dir))

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qkdb.cli.app import app
-from qkdb.cli.common import Dtype, err, note
+from qkdb.cli.progress import Bars
+from qkdb.cli.common import Dtype, note
 from qkdb.errors import QkdbError
 
 
@@ -115,17 +115,9 @@ def simulate_command(
         ranges=Ranges(slope_ratio=slope_ratio, negative_fraction=negative_fraction),
     )
     started = time.perf_counter()
-    with Progress(
-        TextColumn("simulating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("files"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("simulate", total=None)
-        run_simulation(out, spec, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with Bars() as bars:
+        run_simulation(out, spec, progress=lambda done, total: bars.update(
+            "simulate", f"simulate {model}", done, total, f"{done}/{total} files"))
     written = [p.name for p in out.iterdir() if p.is_dir() and HEAD_DIR.match(p.name)]
     n_q = sum(name.endswith("q") for name in written)
     rope = "no RoPE" if theta is None else f"RoPE θ={theta:g} ({pairing.value})"

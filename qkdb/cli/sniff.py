@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from qkdb.cli.progress import Bars
 
 from qkdb.cli.app import app
-from qkdb.cli.common import Dtype, err, note
+from qkdb.cli.common import Dtype, note
 
 
 class Positions(str, Enum):
@@ -82,36 +82,23 @@ def _quiet_transformers() -> None:
 
 
 class _progress:
-    """A rich progress display on stderr fed by sniff's progress events."""
+    """Sniff's progress events on stderr (bars on a terminal, plain lines elsewhere)."""
 
     def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.bar = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
-        )
-        self.tasks: dict[str, int] = {}
+        self.bars = Bars(quiet)
 
     def __enter__(self):
-        if self.quiet:
-            return lambda *a, **k: None
-        self.bar.__enter__()
+        self.bars.__enter__()
         return self.callback
 
     def __exit__(self, *exc) -> None:
-        if not self.quiet:
-            self.bar.__exit__(*exc)
+        self.bars.__exit__(*exc)
 
     def callback(self, event: str, **info) -> None:
         if event == "load":
-            self.bar.console.print(f"loading {info['what']}", markup=False, highlight=False)
+            self.bars.message(f"loading {info['what']}")
         elif event == "plan":
-            self.bar.console.print(
-                f"{info['texts']} texts, {info['query_heads']} query heads, {info['key_heads']} key heads",
-                markup=False, highlight=False,
-            )
+            self.bars.message(f"{info['texts']} texts, {info['query_heads']} query heads, {info['key_heads']} key heads")
         elif event in ("text", "write"):
             label = "forward passes" if event == "text" else "writing heads"
-            if event not in self.tasks:
-                self.tasks[event] = self.bar.add_task(label, total=info["total"])
-            self.bar.update(self.tasks[event], completed=info["done"])
+            self.bars.update(event, label, info["done"], info["total"], f"{info['done']}/{info['total']}")

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from qkdb import api
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, note, out_console
+from qkdb.cli.common import HomeOption, note, open_warehouse, out_console
+from qkdb.cli.output import Format, write_table
 
 
 def _size(n: int) -> str:
@@ -23,13 +24,24 @@ def _size(n: int) -> str:
 
 @app.command()
 def info(
-    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format (json keeps the nesting; the others list key/value rows).")] = Format.table,
+    json_out: Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")] = False,
     home: HomeOption = None,
 ) -> None:
     """Warehouse home, catalog path, table sizes, ingested models and library versions."""
+    open_warehouse(home, need_models=False).close()  # a missing home is an error, never created
     facts = api.info(home)
-    if json_out:
+    if json_out or Format(format) is Format.json:
         typer.echo(json.dumps(facts, indent=2))
+        return
+    if Format(format) is not Format.table:
+        import pyarrow as pa
+
+        rows = [("home", facts["home"]), ("catalog", facts["catalog"]), ("catalog_bytes", str(facts["catalog_bytes"])),
+                ("models", ",".join(facts["models"]))]
+        rows += [(f"table_bytes.{k}", str(v)) for k, v in facts["table_bytes"].items()]
+        rows += [(f"versions.{k}", str(v)) for k, v in facts["versions"].items()]
+        write_table(pa.table({"key": [k for k, _ in rows], "value": [v for _, v in rows]}), format)
         return
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
@@ -49,6 +61,7 @@ def remove(
     home: HomeOption = None,
 ) -> None:
     """Remove models from the warehouse (every table at once)."""
+    open_warehouse(home).close()  # a missing or empty warehouse says so (and is not created)
     missing = []
     for m in model:
         if api.remove(m, home):
@@ -58,4 +71,4 @@ def remove(
     if missing:
         from qkdb.errors import WarehouseError
 
-        raise WarehouseError(f"not in the warehouse: {', '.join(missing)}")
+        raise WarehouseError(f"not in the warehouse: {', '.join(missing)}", kind="not_found")

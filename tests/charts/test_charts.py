@@ -22,7 +22,7 @@ from qkdb.charts import registry, render, style
 from qkdb.charts.api import chart
 from qkdb.charts.data import ROW_LIMIT, parse_head
 from qkdb.cli.app import app
-from qkdb.errors import ChartError
+from qkdb.errors import EXIT_CODES, ChartError
 
 from helpers.chart_warehouse import HEAD_DIM, LAYERS, SERIES, STANDALONE, VECTORS  # noqa: F401
 
@@ -572,7 +572,7 @@ def test_figures_the_data_cannot_support_say_what_to_ingest(bare_home, con):
 
 
 def test_empty_warehouse(tmp_path):
-    empty = qkdb.api.connect(tmp_path / "empty")
+    empty = qkdb.api.connect(tmp_path / "empty", read_only=False)  # (created by a writer: readers never do)
     try:
         for name in registry.FIGURES:
             with pytest.raises(ChartError, match="no model is ingested|no training series"):
@@ -634,8 +634,8 @@ def test_cli_chart_writes_files_and_json(runner, chart_home, tmp_path):
 
 def test_cli_errors_are_one_line(runner, bare_home):
     result = runner.invoke(app, ["chart", "series-taxonomy", "--home", str(bare_home)])
-    assert result.exit_code == ChartError.exit_code
+    assert result.exit_code == EXIT_CODES["not_found"]
     assert result.stdout == ""
     assert result.stderr.strip().count("\n") == 0 and "no training series is ingested" in result.stderr
     result = runner.invoke(app, ["chart", "nope", "--home", str(bare_home)])
-    assert result.exit_code == ChartError.exit_code and "qkdb chart --list" in result.stderr
+    assert result.exit_code == EXIT_CODES["not_found"] and "qkdb chart --list" in result.stderr

@@ -11,6 +11,7 @@ import pytest
 import typer
 
 from qkdb.cli.app import app
+from qkdb.errors import EXIT_CODES
 
 FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
 
@@ -100,29 +101,31 @@ def test_ingest_then_query_formats(runner, dataset, tmp_path):
     "sql", ["create table t (a int)", "drop view heads", "copy (select 1) to 'x.csv'", "select 1; delete from heads"]
 )
 def test_writing_statements_are_refused(runner, sql):
-    result = runner.invoke(app, ["query", sql])
-    assert result.exit_code == 1
+    result = runner.invoke(app, ["query", sql])  # (refused before any warehouse is looked for)
+    assert result.exit_code == EXIT_CODES["input"]
     assert result.stdout == ""
     assert result.stderr.startswith("error: refused:") and "Traceback" not in result.stderr
 
 
-def test_sql_error_is_one_line_without_traceback(runner):
+def test_sql_error_is_one_line_without_traceback(runner, dataset):
+    _ingest(runner, dataset)
     result = runner.invoke(app, ["query", "select no_such_column from heads"])
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_CODES["input"]
     assert "no_such_column" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "^" not in result.stderr  # no caret drawing
     assert result.stdout == ""
 
 
 def test_unknown_model_suggests_close_names(runner, dataset):
     result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "qwen3-8", "-q"])
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_CODES["input"]  # (a new model needs its facts: bad input, not a lookup)
     assert "unknown model 'qwen3-8'" in result.stderr and "qwen3-8b" in result.stderr
 
 
 def test_missing_key_folder_is_named(runner, dataset):
     result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "toy", "--family", "Toy",
                                  "--gqa-ratio", "1", "--n-layers", "2", "-q"])
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_CODES["input"]
     assert "key head folder(s) missing" in result.stderr and "l00h02k" in result.stderr
 
 
@@ -132,33 +135,51 @@ def test_fit_rows_takes_a_count_or_all(runner, dataset, value, ok):
     if ok:
         assert result.exit_code == 0, result.stderr
     else:
-        assert result.exit_code == 2
+        assert result.exit_code == EXIT_CODES["input"]
         assert result.stderr.startswith("error: --fit-rows takes a number of vectors") and "Traceback" not in result.stderr
 
 
 def test_out_of_range_option_is_a_one_line_error(runner, dataset):
     result = _ingest(runner, dataset, "--points", "-3")
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_CODES["input"]
     assert result.stderr == "error: points must be >= 0, got -3\n"
 
 
 def test_progress_display_counts_every_head_of_a_real_ingest(dataset, tmp_path):
     import qkdb
-    from qkdb.cli.progress import IngestDisplay
+    from qkdb.cli.progress import Bars, IngestDisplay
 
     events = []
-    display = IngestDisplay()
+    with Bars(terminal=True) as bars:
+        display = IngestDisplay(bars)
 
-    def record(event, **info):
-        events.append((event, info.get("model")))
-        display(event, **info)
+        def record(event, **info):
+            events.append((event, info.get("model")))
+            display(event, **info)
 
-    with display.bar:
         qkdb.ingest(dataset, "toy", family="Toy", gqa_ratio=2, n_layers=2, workers=1, points=0,
                     home=tmp_path / "h", progress=record)
+        task = bars._rich.tasks[bars._tasks["heads toy"]]
     assert [e for e in events if e[0] == "head"] == [("head", "toy")] * 8  # every event names its model
-    task = display.bar.tasks[display.heads["toy"]]
+    assert display.done["toy"] == display.totals["toy"] == 8
     assert task.completed == task.total == 8 and task.fields["detail"] == "8/8 heads"
+
+
+def test_progress_off_a_terminal_is_plain_lines_for_long_steps_only(capsys):
+    from qkdb.cli import progress
+
+    now = [0.0]
+    with progress.Bars(terminal=False, clock=lambda: now[0]) as bars:
+        bars.update("slow", "slow step", 0, 30, "0/30 files")  # (a step's clock starts at its first report)
+        bars.update("quick", "quick step", 1, 2)
+        bars.update("quick", "quick step", 2, 2)  # done within 2 s: no line at all
+        for t in (1.0, progress.FIRST_LINE, 5.0, progress.FIRST_LINE + progress.EVERY, 20.0):
+            now[0] = t
+            bars.update("slow", "slow step", t, 30, f"{t:g}/30 files")
+        now[0] = 31.0
+        bars.update("slow", "slow step", 30, 30, "30/30 files")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["slow step: 2/30 files (2 s)", "slow step: 12/30 files (12 s)", "slow step: 30/30 files (31 s)"]
 
 
 def test_debug_shows_the_traceback(runner):
@@ -183,7 +204,7 @@ def test_info_and_remove(runner, dataset, home):
     assert facts["home"] == str(home) and facts["models"] == ["toy"] and facts["table_bytes"]["heads"] > 0
     assert runner.invoke(app, ["remove", "--model", "toy"]).exit_code == 0
     again = runner.invoke(app, ["remove", "--model", "toy"])
-    assert again.exit_code == 3 and "not in the warehouse: toy" in again.stderr
+    assert again.exit_code == EXIT_CODES["not_found"] and "holds no model yet" in again.stderr
 
 
 def test_home_option_overrides_environment(runner, dataset, tmp_path):
@@ -202,7 +223,7 @@ def test_simulate_help_defaults_are_the_simulators():
     assert (cli_simulate.SLOPE_RATIO, cli_simulate.NEGATIVE_FRACTION) == (Ranges.slope_ratio, Ranges.negative_fraction)
 
 
-def test_help_and_a_query_load_neither_numpy_nor_pyarrow_and_a_query_no_other_command(tmp_path):
+def test_help_and_a_query_load_neither_numpy_nor_pyarrow_and_a_query_no_other_command(tmp_path, dataset):
     # The interactive commands start fast because the layers load only what a command needs.
     import subprocess
     import sys
@@ -217,8 +238,9 @@ def test_help_and_a_query_load_neither_numpy_nor_pyarrow_and_a_query_no_other_co
         "print(sorted(m for m in ('numpy', 'pyarrow', 'altair', 'qkdb.cli.ingest') if m in sys.modules), file=sys.stderr)\n"
     )
     home = tmp_path / "home"
-    assert subprocess.run([sys.executable, "-m", "qkdb", "query", "--home", str(home), "select 1"],
-                          capture_output=True).returncode == 0  # (builds the catalog once)
+    from qkdb import api
+
+    api.ingest(dataset, "toy", family="Toy", gqa_ratio=2, n_layers=2, workers=1, points=0, home=home)
     loaded = {}
     for args in (["--help"], ["query", "--home", str(home), "select 1"]):
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)

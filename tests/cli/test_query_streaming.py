@@ -10,6 +10,9 @@ from qkdb.query import BATCH_ROWS, run_query
 
 
 def test_first_batch_of_a_trillion_rows_arrives_at_once(home):
+    from qkdb import api
+
+    api.connect(home, read_only=False).close()  # an empty warehouse (a writer creates one; readers never do)
     start = time.monotonic()
     with run_query("select range as i from range(1000000000000)") as results:
         batch = results[0].reader().read_next_batch()
@@ -21,7 +24,10 @@ def test_first_batch_of_a_trillion_rows_arrives_at_once(home):
     assert time.monotonic() - start < 30  # materialising 10^12 rows would never return
 
 
-def test_cli_output_piped_into_head_stops_quietly(home):
+def test_cli_output_piped_into_head_stops_quietly(home, dataset):
+    from qkdb import api
+
+    api.ingest(dataset, "toy", family="Toy", gqa_ratio=2, n_layers=2, workers=1, points=0, home=home)
     proc = subprocess.Popen(
         [sys.executable, "-m", "qkdb", "query", "select range as i from range(1000000000000)", "-f", "csv"],
         stdout=subprocess.PIPE,

@@ -14,7 +14,7 @@ from helpers.tables import build_tables, category, head_frame, make_connection
 from qkdb import api
 from qkdb.cli.app import app
 from qkdb.cli.shell import Shell, _complete, duckdb_cli_command
-from qkdb.errors import WarehouseError
+from qkdb.errors import EXIT_CODES, WarehouseError
 from qkdb.ingest.metrics import circular as ingest_circular
 from qkdb.ingest.sources.layout import read_metadata, write_metadata
 from qkdb.ingest.capture.simulate import HeadParams, simulate
@@ -383,10 +383,15 @@ def test_cli_findings_errors(runner, warehouse):
     assert "Traceback" not in res.output
 
 
-def test_cli_findings_on_an_empty_warehouse(runner, home):
+def test_findings_of_an_empty_warehouse_are_all_without_data_and_the_cli_says_so(runner, home):
+    con = api.connect(home, read_only=False)  # (a writer creates it; readers never do)
+    try:
+        assert {r[0] for r in con.execute("select status from findings").fetchall()} == {"no data"}
+    finally:
+        con.close()
     res = runner.invoke(app, ["findings", "-f", "json"])
-    assert res.exit_code == 0, res.output
-    assert {r["status"] for r in json.loads(res.stdout)} == {"no data"}
+    assert res.exit_code == EXIT_CODES["not_found"] and res.stdout == ""
+    assert f"the warehouse at {home} holds no model yet" in res.stderr and "qkdb ingest" in res.stderr
 
 
 def test_cli_describe(runner, warehouse):

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 import qkdb
+from qkdb.errors import EXIT_CODES
 from qkdb.warehouse import store
 from qkdb.warehouse.catalog import CATALOG_FORMAT
 
@@ -80,7 +81,7 @@ def test_same_model_twice_at_once_one_fails_clearly(tmp_path, home):
     first = subprocess.Popen(_ingest_cmd(ds, "toy", pause="after_head", seconds=0.3), stderr=subprocess.PIPE)
     assert _wait_for(lambda: any((home / store.STAGING).glob("toy.*")))
     second = subprocess.run(_ingest_cmd(ds, "toy"), capture_output=True, text=True)
-    assert second.returncode == 3
+    assert second.returncode == EXIT_CODES["busy"]
     assert "another qkdb process is ingesting or removing model 'toy'" in second.stderr
     assert "Traceback" not in second.stderr
     _, err = first.communicate(timeout=300)
@@ -89,6 +90,7 @@ def test_same_model_twice_at_once_one_fails_clearly(tmp_path, home):
 
 def test_an_open_reader_does_not_block_an_ingest(tmp_path, home):
     ds = make_dataset(tmp_path / "ds")
+    qkdb.connect(read_only=False).close()  # an empty warehouse (readers never create one)
     reader = qkdb.connect()  # a notebook holding the catalog open read-only
     try:
         assert reader.execute("select count(*) from heads").fetchall()[0][0] == 0
@@ -103,12 +105,12 @@ def test_an_open_reader_does_not_block_an_ingest(tmp_path, home):
 def test_catalog_from_a_newer_qkdb_is_refused(home, runner):
     from qkdb.cli.app import app
 
-    qkdb.connect().close()
+    qkdb.connect(read_only=False).close()
     con = duckdb.connect(str(home / "qk.duckdb"))
     con.execute("update qkdb_meta set value = ? where key = 'format'", [str(CATALOG_FORMAT + 1)])
     con.close()
-    result = runner.invoke(app, ["query", "select 1"])
-    assert result.exit_code == 3 and "written by a newer qkdb" in result.stderr
+    result = runner.invoke(app, ["describe", "heads"])  # (a reader that needs no model)
+    assert result.exit_code == EXIT_CODES["input"] and "written by a newer qkdb" in result.stderr
 
 
 def test_unwritable_home_is_a_clear_error(tmp_path, runner, dataset):
@@ -122,4 +124,4 @@ def test_unwritable_home_is_a_clear_error(tmp_path, runner, dataset):
         ro.chmod(0o500)
         target = ro / "home"
     result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "toy", *FACTS, "-q", "--home", str(target)])
-    assert result.exit_code == 3 and "is not writable" in result.stderr
+    assert result.exit_code == EXIT_CODES["system"] and "is not writable" in result.stderr

@@ -25,7 +25,7 @@ def _count(con, sql):
 
 
 def test_empty_warehouse_has_typed_empty_views(home):
-    con = qkdb.connect()
+    con = qkdb.connect(read_only=False)
     try:
         for name, table in TABLES.items():
             cols = [r[0] for r in con.execute(f"describe {name}").fetchall()]
@@ -228,8 +228,8 @@ def test_non_finite_rows_are_refused_or_dropped_and_counted(dataset, home):
         qkdb.ingest(dataset, "toy", workers=1, **FACTS)
     result = qkdb.ingest(dataset, "toy", workers=1, drop_bad_vectors=True, **FACTS)
     assert [n for n in result.notes if "dropped" in n] == [
-        "dropped 8 rows whose vectors hold NaN, ±inf or values beyond ±65504 (--drop-bad-vectors; "
-        "counted in heads.n_dropped), in 1 file: l00h01q 8"
+        "dropped 8 rows whose vectors hold NaN, ±inf or values beyond ±65504 (--drop-bad-vectors), "
+        "counted in heads.n_dropped, in 1 file: l00h01q 8"
     ]
     con = qkdb.connect()
     try:
@@ -356,3 +356,27 @@ def test_tables_are_written_in_large_row_groups(dataset, home, monkeypatch):
     qkdb.ingest(dataset, "toy", workers=1, force=True, **FACTS)
     points = pq.ParquetFile(current / "points" / "data.parquet")
     assert points.metadata.num_row_groups == 4 and points.metadata.num_rows == 8 * 1024
+
+
+def test_rows_with_a_null_position_are_dropped_and_said_once(dataset, home):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # A query file and a key file with null positions (the key file serves two query heads).
+    for name, n_null in (("l00h01q", 3), ("l01h00k", 2)):
+        path = dataset / name / "data.parquet"
+        table = pq.read_table(path)
+        pos = table.column("position").to_pylist()
+        pos[:n_null] = [None] * n_null
+        pq.write_table(table.set_column(table.schema.get_field_index("position"), "position",
+                                        pa.array(pos, table.schema.field("position").type)), path)
+    result = qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    said = [n for n in result.notes if "dropped" in n]
+    assert said == ["dropped 5 rows whose vector or position is null, counted in heads.n_dropped, in 2 files: "
+                    "l00h01q 3, l01h00k 2"]
+    con = qkdb.connect()
+    try:
+        got = dict(((l, h), n) for l, h, n in con.execute("select layer, head, n_dropped from heads").fetchall())
+    finally:
+        con.close()
+    assert got[(0, 1)] == 3 and got[(1, 0)] == got[(1, 1)] == 2 and got[(0, 0)] == 0

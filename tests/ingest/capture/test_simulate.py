@@ -11,6 +11,7 @@ import pytest
 
 import qkdb.cli.simulate  # noqa: F401  (registers the command on the app)
 from qkdb.cli.app import app
+from qkdb.errors import EXIT_CODES
 from qkdb.errors import QkdbError
 from qkdb.ingest.sources.layout import discover, read_head, read_metadata
 from qkdb.ingest.capture.simulate import (
@@ -417,7 +418,7 @@ def test_cli_refuses_a_non_empty_directory_unless_forced(tmp_path, runner):
     small = ["--layers", "2", "--q-heads", "4", "--kv-heads", "2", "--head-dim", "16", "--vectors", "50"]
     assert runner.invoke(app, ["simulate", "--out", str(out), *small]).exit_code == 0
     again = runner.invoke(app, ["simulate", "--out", str(out), *small])
-    assert again.exit_code == 1
+    assert again.exit_code == EXIT_CODES["input"]
     assert "not empty" in again.stderr and "--force" in again.stderr and "Traceback" not in again.stderr
     forced = runner.invoke(app, ["simulate", "--out", str(out), *small, "--force", "--no-rope", "--sample-heads", "3",
                                  "--pairing", "interleaved", "--dtype", "float16", "--seed", "3", "--model", "toy",
@@ -429,4 +430,4 @@ def test_cli_refuses_a_non_empty_directory_unless_forced(tmp_path, runner):
     assert meta["capture"]["max_position"] == 256 and meta["capture"]["n_examples"] == 2
     assert len(discover(out).queries) == 3
     bad = runner.invoke(app, ["simulate", "--out", str(tmp_path / "bad"), "--q-heads", "8", "--kv-heads", "3"])
-    assert bad.exit_code == 1 and "multiple of kv_heads" in bad.stderr
+    assert bad.exit_code == EXIT_CODES["input"] and "multiple of kv_heads" in bad.stderr

@@ -16,7 +16,7 @@ import threading
 import duckdb
 import pytest
 
-from qkdb.errors import InputError
+from qkdb.errors import EXIT_CODES, InputError
 from qkdb.ingest.engine.cluster import check_cluster_address
 from qkdb.warehouse import store
 from qkdb.warehouse.schema import TABLES
@@ -86,7 +86,7 @@ def test_a_missing_ray_is_one_line_naming_the_extra(tmp_path):
          "2", "--n-layers", "2", "--cluster", "local", "--home", str(tmp_path / "home")],
         capture_output=True, text=True, timeout=120,
     )
-    assert done.returncode != 0
+    assert done.returncode == EXIT_CODES["system"]  # the machine lacks the extra; the command line is right
     assert done.stderr.strip().splitlines() == [
         "error: --cluster needs Ray (ray is missing): pip install 'qkdb[cluster]'"
     ]
@@ -127,7 +127,7 @@ def test_a_failed_model_among_several_paths_fails_alone_without_a_cluster(tmp_pa
     home = tmp_path / "home"
     done = subprocess.run([*QKDB, "ingest", "--path", str(a), "--path", str(b), "-q", "-j", "1", "--home", str(home)],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1
+    assert done.returncode == EXIT_CODES["input"]  # the first (only) failure's kind
     assert str(bad) in done.stderr and "1 of 2 models failed" in done.stderr
     assert store.ingested_models(home) == ["sim-a"]
 
@@ -170,6 +170,22 @@ def local_tables(tmp_path_factory, datasets):
 def _on_cluster(head, home, *args, timeout=300):
     return subprocess.run([*QKDB, "ingest", *args, "--cluster", head.address, "-q", "--home", str(home)],
                           capture_output=True, text=True, timeout=timeout, env=head.env)
+
+
+@cluster
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_unreachable_cluster_is_one_network_line_at_once(tmp_path, scheme):
+    from helpers.ray_head import free_port
+
+    address = f"{scheme}127.0.0.1:{free_port()}"  # nothing listens there
+    ds = make_dataset(tmp_path / "ds")
+    done = subprocess.run(
+        [*QKDB, "ingest", "--path", str(ds), "--cluster", address, "--home", str(tmp_path / "home")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == EXIT_CODES["network"]
+    assert done.stderr.strip().splitlines() == [f"error: cannot reach the Ray cluster at {address}: connection refused"]
+    assert not (tmp_path / "home").exists()
 
 
 @cluster
@@ -217,7 +233,7 @@ def test_a_damaged_model_fails_alone_naming_its_file(ray_head, tmp_path):
     bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # cut short, as by a failed copy
     home = tmp_path / "home"
     done = _on_cluster(ray_head, home, "--path", str(good[0]), "--path", str(damaged), "--path", str(good[1]))
-    assert done.returncode == 1
+    assert done.returncode == EXIT_CODES["input"]  # a damaged dataset: bad input
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: damaged:")]
     assert len(errors) == 1 and str(bad) in errors[0], done.stderr
     assert "1 of 3 models failed: damaged" in done.stderr
@@ -283,7 +299,7 @@ def test_a_worker_lost_on_every_try_fails_its_model_cleanly(ray_head, tmp_path):
         stop.set()
         thread.join()
     assert len(killed) == RETRIES + 1
-    assert done.returncode == 1
+    assert done.returncode == EXIT_CODES["network"]  # the cluster lost it: worth another try later
     assert f"error: {big}: " in done.stderr and f"worker lost after {RETRIES} retries" in done.stderr, done.stderr
     assert store.ingested_models(home) == ["small"]
     _nothing_of(home, "big")

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers.hub_server import FakeHub
-from qkdb.errors import HubError
+from qkdb.errors import EXIT_CODES, HubError
 from qkdb.ingest.sources import hub as hubmod
 from qkdb.ingest.sources.plan import plan_groups
 from qkdb.ingest.sources.layout import discover
@@ -463,7 +463,7 @@ def test_cli_hub_list_table_and_json(fake, cli):
 
 def test_cli_hub_list_error_is_one_line(fake, cli):
     r = cli("hub", "list", "--endpoint", fake.url, "--repo", "someone/nothing")
-    assert r.exit_code == HubError.exit_code
+    assert r.exit_code == EXIT_CODES["not_found"]
     assert r.stdout == ""
     assert r.stderr.strip().count("\n") == 0 and "someone/nothing" in r.stderr and "Traceback" not in r.stderr
 
@@ -572,7 +572,7 @@ def test_cli_ingest_series_reports_each_failure_and_goes_on(fake, datasets, tmp_
         fake.repos[REPO].push_dir(spec.dataset_revision, datasets["llama"], prefix=PREFIX)
     out = _qkdb(fake, tmp_path, "ingest", "--series", "smollm3-3b", "-q", "-j", "1", "--heads", "0",
                 "--points", "0", "--no-complement")
-    assert out.returncode == 1
+    assert out.returncode == EXIT_CODES["not_found"]  # (the first failure's kind: its branch is missing)
     assert "8 of 10 models failed" in out.stderr
     for spec in checkpoints[2:]:
         assert f"error: {spec.model}:" in out.stderr

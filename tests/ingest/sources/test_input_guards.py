@@ -23,7 +23,7 @@ import pytest
 
 import qkdb
 from qkdb.cli.app import app
-from qkdb.errors import InputError, RegistryError
+from qkdb.errors import EXIT_CODES, InputError, RegistryError
 from qkdb.ingest.capture.sniff_sample import sample_path
 from qkdb.ingest.sources import layout
 from qkdb.ingest.sources.layout import VALUE_BOUND, read_head, write_head, write_metadata
@@ -148,7 +148,7 @@ def test_damaged_page_is_refused_naming_the_file_and_count_and_the_warehouse_is_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = _cli_ingest(runner, ds)
-    assert result.exit_code == InputError.exit_code == 2
+    assert result.exit_code == InputError.exit_code == EXIT_CODES["input"]
     line = _one_error_line(result)
     assert line == (
         f"error: {path}: 1024 vector values no attention head produces (1024 beyond ±65504 "
@@ -168,7 +168,7 @@ def test_damaged_page_through_the_installed_command_with_warnings_as_errors(tmp_
     env = {**os.environ, "PYTHONWARNINGS": "error"}
     cmd = [sys.executable, "-W", "error", "-m", "qkdb", "ingest", "--path", str(ds), "--model", "toy", *FACTS, "-q", "-j", "2"]
     refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2, refused.stderr
+    assert refused.returncode == EXIT_CODES["input"], refused.stderr
     assert refused.stdout == ""
     lines = refused.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
@@ -181,7 +181,7 @@ def test_damaged_page_through_the_installed_command_with_warnings_as_errors(tmp_
     # (rich wraps notes at 80 columns when stderr is not a terminal: compare the words)
     said = " ".join(kept.stderr.split())
     note = (f"note: dropped {n_rows} rows whose vectors hold NaN, ±inf or values beyond ±65504 "
-            f"(--drop-bad-vectors; counted in heads.n_dropped), in 1 file: l01h02q {n_rows}")
+            f"(--drop-bad-vectors), counted in heads.n_dropped, in 1 file: l01h02q {n_rows}")
     assert said.count("note: dropped") == 1 and note in said
     con = qkdb.connect()
     try:
@@ -215,7 +215,7 @@ def test_damaged_key_file_refuses_its_group_or_is_dropped_once(tmp_path, home):
     assert res.heads_done == 8
     assert [n for n in res.notes if "dropped" in n] == [
         f"dropped {n_rows} rows whose vectors hold NaN, ±inf or values beyond ±65504 "
-        f"(--drop-bad-vectors; counted in heads.n_dropped), in 1 file: l00h00k {n_rows}"
+        f"(--drop-bad-vectors), counted in heads.n_dropped, in 1 file: l00h00k {n_rows}"
     ]
     con = qkdb.connect()
     try:
@@ -253,7 +253,7 @@ def test_damage_in_a_compressed_page_is_a_clear_error_too(tmp_path, home, runner
     raw[mid - 2048:mid + 2048] = b"\x7e" * 4096
     path.write_bytes(bytes(raw))
     result = _cli_ingest(runner, ds)
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_CODES["input"]
     assert _one_error_line(result).startswith(f"error: {path}: ")
     assert not (home / ".store" / "toy").exists()
 
@@ -418,7 +418,7 @@ def test_contradicting_head_counts_are_refused_before_any_work(tmp_path, home, r
         _with_metadata(ds, **metadata)
     args = ["ingest", "--path", str(ds), "-q", "-j", "1", *(["--model", model] if model else []), *options]
     result = runner.invoke(app, args)
-    assert result.exit_code == RegistryError.exit_code == InputError.exit_code == 2
+    assert result.exit_code == RegistryError.exit_code == InputError.exit_code == EXIT_CODES["input"]
     line = _one_error_line(result)
     assert line.startswith("error: model ") and clause in line
     assert _tree(home) == before and _rows(home) == rows_before
@@ -427,7 +427,7 @@ def test_contradicting_head_counts_are_refused_before_any_work(tmp_path, home, r
 def test_contradicting_head_counts_never_create_a_warehouse(tmp_path, home, runner):
     ds = _with_metadata(_dataset(tmp_path / "ds"), n_q_heads=4, n_kv_heads=2)
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--gqa-ratio", "3", "-q"])
-    assert result.exit_code == 2 and "gqa_ratio=3" in _one_error_line(result)
+    assert result.exit_code == EXIT_CODES["input"] and "gqa_ratio=3" in _one_error_line(result)
     assert not home.exists()
 
 
@@ -447,7 +447,7 @@ def test_a_registry_name_on_a_smaller_dataset_with_the_same_ratio_is_accepted(tm
     # Another ratio in the dataset is refused, unless --gqa-ratio (with counts that agree) settles it.
     write_metadata(ds, {"model": "llama3.2-1b", "n_q_heads": 4, "n_kv_heads": 2})
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1"])
-    assert result.exit_code == 2 and "gives gqa_ratio=2" in _one_error_line(result)
+    assert result.exit_code == EXIT_CODES["input"] and "gives gqa_ratio=2" in _one_error_line(result)
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1",
                                  "--gqa-ratio", "4", "--n-q-heads", "4", "--n-kv-heads", "1"])
     assert result.exit_code == 0, result.stderr
@@ -469,7 +469,7 @@ def test_head_counts_must_be_positive_integers(tmp_path, home, runner):
     ds = _dataset(tmp_path / "ds")
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--model", "toy", "--family", "T", "--n-layers", "2",
                                  "--gqa-ratio", "0", "-q"])
-    assert result.exit_code == 2 and "gqa_ratio=0 (--gqa-ratio) must be at least 1" in _one_error_line(result)
+    assert result.exit_code == EXIT_CODES["input"] and "gqa_ratio=0 (--gqa-ratio) must be at least 1" in _one_error_line(result)
     _with_metadata(ds, n_q_heads="4", n_kv_heads=2)
     result = runner.invoke(app, ["ingest", "--path", str(ds), "-q"])
-    assert result.exit_code == 2 and "qkdb_dataset.json: n_q_heads must be an integer, got '4'" in _one_error_line(result)
+    assert result.exit_code == EXIT_CODES["input"] and "qkdb_dataset.json: n_q_heads must be an integer, got '4'" in _one_error_line(result)
