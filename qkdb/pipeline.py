@@ -9,6 +9,7 @@ import each other; it uses only their facades.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -269,7 +270,8 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     on this machine does, each atomically under its lock. A model that fails (bad input, a worker
     lost after Ray's retries) is a :class:`ModelFailure` and never published in part; the others
     go on. Progress events: ``cluster`` (``done``, ``failed``, ``total``, ``bytes_read``,
-    ``bytes_received``), and ``publish``/``done`` per model.
+    ``bytes_received``; after a computed model also its ``worker_seconds``, ``model_bytes_read``,
+    ``model_bytes_received`` and ``publish_seconds``), and ``publish``/``done`` per model.
     """
     from qkdb.ingest import ClusterCall, RayCluster
 
@@ -286,21 +288,30 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
         ]
         counts = {"done": 0, "failed": 0, "total": len(calls), "bytes_read": 0, "bytes_received": 0}
         progress("cluster", **counts)
-        for outcome in cluster.run_models(compute_model, calls):
-            result = outcome.value
-            if outcome.error is not None:
-                result = ModelFailure(outcome.call.label,
-                                      ClusterError(f"{outcome.call.label}: {outcome.error}", kind=outcome.kind))
-            elif isinstance(result, _Computed):
-                counts["bytes_read"] += result.bytes_read
-                counts["bytes_received"] += sum(t.nbytes for t in (result.tables or {}).values())
-                try:
-                    result = _publish_computed(result, home, cluster, progress)
-                except QkdbError as exc:
-                    result = ModelFailure(result.job.spec.model, exc)
-            out.append(result)
-            counts["failed" if isinstance(result, ModelFailure) else "done"] += 1
-            progress("cluster", model=getattr(result, "model", None), **counts)
+        # (closed on any way out, Ctrl-C included: the tasks still running are cancelled)
+        with contextlib.closing(cluster.run_models(compute_model, calls)) as outcomes:
+            for outcome in outcomes:
+                result = outcome.value
+                if outcome.error is not None:
+                    result = ModelFailure(outcome.call.label,
+                                          ClusterError(f"{outcome.call.label}: {outcome.error}", kind=outcome.kind))
+                timing = {}
+                if isinstance(result, _Computed):
+                    received = sum(t.nbytes for t in (result.tables or {}).values())
+                    counts["bytes_read"] += result.bytes_read
+                    counts["bytes_received"] += received
+                    timing = {"worker_seconds": result.seconds, "model_bytes_read": result.bytes_read,
+                              "model_bytes_received": received}
+                    t0 = time.perf_counter()
+                    try:
+                        result = _publish_computed(result, home, cluster, progress)
+                    except QkdbError as exc:
+                        result = ModelFailure(result.job.spec.model, exc)
+                    timing["publish_seconds"] = time.perf_counter() - t0
+                out.append(result)
+                counts["failed" if isinstance(result, ModelFailure) else "done"] += 1
+                # (the per-model figures are what benchmarks/cluster.py scales to a real cluster)
+                progress("cluster", model=getattr(result, "model", None), **counts, **timing)
     if any(isinstance(r, IngestResult) and not r.unchanged for r in out):
         progress("intervals", model=None)
         notes = refresh_intervals(home)  # once for the batch, not once per model

@@ -104,16 +104,20 @@ class RayHead:
         psutil.wait_procs(alive, timeout=10)
 
 
-def start_head(tmp: Path, cpus: int = 2) -> RayHead:
-    """`ray start --head` on loopback, a free port, no dashboard, no usage reports; returns once it is up."""
+def start_head(tmp: Path, cpus: int = 2, object_store_mib: int = 200) -> RayHead:
+    """`ray start --head` on loopback, a free port, no dashboard, no usage reports; returns once it is up.
+
+    (The tests' models are small: a 200 MiB object store is plenty and spares the machine's memory;
+    benchmarks/cluster.py asks for more.)
+    """
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **LOOPBACK_ENV, "RAY_TMPDIR": str(tmp)}
     head = RayHead(tmp, free_port(), free_port(), env)
     cmd = [
         RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(head.port),
         "--ray-client-server-port", str(head.client_port), "--dashboard-agent-listen-port", str(free_port()),
-        "--metrics-export-port", str(free_port()), "--num-cpus", str(cpus), "--include-dashboard=false",
-        "--disable-usage-stats", "--object-store-memory", str(200 * 2**20), "--temp-dir", str(tmp),
+        "--metrics-export-port", str(free_port()), "--dashboard-port", str(free_port()), "--num-cpus", str(cpus), "--include-dashboard=false",
+        "--disable-usage-stats", "--object-store-memory", str(object_store_mib * 2**20), "--temp-dir", str(tmp),
     ]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
