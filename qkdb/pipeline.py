@@ -208,7 +208,7 @@ class _Computed:
 
     job: _Run
     staged: _Staged | None = None
-    tables: dict | None = None  # table name -> pyarrow.Table; None when unchanged
+    tables: dict | None = None  # table name -> compressed Arrow IPC bytes (warehouse.pack_tables); None when unchanged
     bytes_read: int = 0  # the head files the worker read (after downloading them, for the Hub)
     seconds: float = 0.0  # on the worker, from planning to the last head
     unchanged: bool = False
@@ -233,7 +233,7 @@ def compute_model(path: str | None, name: str | None, options, kind: str | None,
         counted = _Counted(job.source.groups())
         rows = warehouse.ArrowRows()
         staged = _stage_heads(job, run_groups(counted, job.spec, options, collage, 1), rows, lambda *a, **k: None)
-        tables = rows.tables()
+        tables = warehouse.pack_tables(rows.tables())  # (compressed: what crosses the network)
         return _Computed(_detach(job), staged, tables, counted.bytes, time.perf_counter() - job.t0)
     except QkdbError as exc:
         return ModelFailure(label, exc)
@@ -297,7 +297,7 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
                                           ClusterError(f"{outcome.call.label}: {outcome.error}", kind=outcome.kind))
                 timing = {}
                 if isinstance(result, _Computed):
-                    received = sum(t.nbytes for t in (result.tables or {}).values())
+                    received = sum(len(data) for data in (result.tables or {}).values())
                     counts["bytes_read"] += result.bytes_read
                     counts["bytes_received"] += received
                     timing = {"worker_seconds": result.seconds, "model_bytes_read": result.bytes_read,
@@ -347,7 +347,7 @@ def _publish_computed(computed: _Computed, home: Path, cluster, progress: Progre
         store.cleanup_model(home, model)
         warehouse.ensure_catalog(home)
         staging = store.Staging(home, model)
-        for name, table in computed.tables.items():
+        for name, table in warehouse.unpack_tables(computed.tables).items():
             staging.write(warehouse.TABLES[name], table)
         run_id = _commit(job, staging, computed.staged, progress)
         staging = None
