@@ -6,13 +6,14 @@ the HTML inlines the JavaScript bundle instead of loading it from a CDN.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
 import altair as alt
 
-from qkdb.errors import ChartError
+from qkdb.errors import ChartError, os_cause
 
 FORMATS = ("png", "svg", "pdf", "html", "json")
 DEFAULT_SCALE = 2.0  # PNG pixels per CSS pixel: sharp on screens and in papers
@@ -36,6 +37,25 @@ def format_of(path: str | os.PathLike) -> str:
     if fmt not in FORMATS:
         raise ChartError(f"cannot write {str(path)!r}: the extension picks the format, one of .{', .'.join(FORMATS)}")
     return fmt
+
+
+def warm_up(fmt: str) -> None:
+    """Start vl-convert's JavaScript runtime in the background (a quarter of a second) while the caller builds the figure.
+
+    Its first conversion in a process loads Vega and Vega-Lite; done on a thread, that overlaps
+    with the query and the Altair build instead of following them. Nothing to do for html/json.
+    """
+    if fmt not in ("png", "svg", "pdf"):
+        return
+    import threading
+
+    def start() -> None:
+        import vl_convert as vlc
+
+        with contextlib.suppress(Exception):  # only a head start: the real render reports any error
+            vlc.vegalite_to_svg({"mark": "point"}, vl_version=vl_version())
+
+    threading.Thread(target=start, name="qkdb-vl-convert-warm-up", daemon=True).start()
 
 
 def render(chart: alt.TopLevelMixin | dict, fmt: str, scale: float = DEFAULT_SCALE, title: str | None = None) -> bytes:
@@ -74,14 +94,18 @@ def _title_text(spec: dict) -> str:
 def save(chart: alt.TopLevelMixin | dict, path: str | os.PathLike, scale: float = DEFAULT_SCALE) -> Path:
     """Write the figure to ``path``; the extension picks the format."""
     path = Path(path)
-    data = render(chart, format_of(path), scale=scale)
+    fmt = format_of(path)
+    # Before the render (seconds): a figure that cannot be written is not worth drawing.
     if path.parent and not path.parent.exists():
         raise ChartError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist", kind="not_found")
+    data = render(chart, fmt, scale=scale)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ChartError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+        with contextlib.suppress(OSError):  # (on a read-only file system even this refuses)
+            tmp.unlink(missing_ok=True)
+        kind, cause = os_cause(exc)
+        raise ChartError(f"cannot write {str(path)!r}: {cause}", kind=kind) from None
     return path

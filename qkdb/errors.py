@@ -10,6 +10,9 @@ warehouse, the Hub, ...); the kind says what went wrong, so a script can tell "n
 
 from __future__ import annotations
 
+import errno
+import os
+
 # The kinds of failure and their exit codes (1 is a bug in qkdb: "internal").
 EXIT_CODES = {
     "internal": 1,   # an unexpected error: a bug (the traceback with --debug)
@@ -106,24 +109,40 @@ class SniffError(QkdbError):
     kind = "input"
 
 
+_OS_WORDS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ENAMETOOLONG: "file name too long for this file system",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or folder",
+}
+
+
 def os_cause(exc: OSError) -> tuple[str, str]:
     """The kind and the plain words of an :class:`OSError` ("no space left on device", ...).
 
     Missing files are "not found"; everything else is the machine's ("system").
     """
-    import errno
-
-    words = {
-        errno.ENOSPC: "no space left on device",
-        errno.EDQUOT: "disk quota exceeded",
-        errno.ENAMETOOLONG: "file name too long for this file system",
-        errno.EROFS: "read-only file system",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "operation not permitted",
-        errno.ENOENT: "no such file or folder",
-    }
-    cause = words.get(exc.errno) or exc.strerror or str(exc)
+    cause = _OS_WORDS.get(exc.errno) or exc.strerror or str(exc)
     return ("not_found" if exc.errno == errno.ENOENT else "system"), cause
+
+
+def os_error_in_message(message: str, doing: str) -> QkdbError | None:
+    """A machine fault that a library reported as text, as one line; None when there is none.
+
+    DuckDB reports a full disk as ``Could not write file "/x/qk.duckdb.wal": No space left on
+    device`` inside a transaction or I/O exception, not as an :class:`OSError`.
+    """
+    import re
+
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENAMETOOLONG):
+        if os.strerror(code) in message:
+            path = re.search(r'"([^"]+)"', message)
+            where = f"{path.group(1)}: " if path else ""
+            return QkdbError(f"{where}{_OS_WORDS[code]} ({doing})", kind="system")
+    return None
 
 
 def from_os_error(exc: OSError, doing: str) -> QkdbError:

@@ -171,7 +171,10 @@ def _commit(job: _Run, staging, staged: _Staged, progress: Progress) -> str:
     for reason, dropped in staged.bad_rows.items():
         if dropped:
             job.notes.append(_dropped_rows_note(reason, dropped))
-    return _log_run(job, published, staged.done, staged.skipped)
+    try:
+        return _log_run(job, published, staged.done, staged.skipped)
+    except OSError as exc:  # a full disk after the publish: the model is in, say so
+        raise from_os_error(exc, f"{job.spec.model} is published, but its ingest_runs row was not written") from exc
 
 
 def _result(job: _Run, run_id: str, staged: _Staged) -> IngestResult:
@@ -459,5 +462,6 @@ def refresh_intervals(home: Path) -> list[str]:
     try:
         warehouse.refresh_intervals(home)
     except (Timeout, duckdb.Error, OSError, QkdbError) as exc:
-        return [f"findings intervals not updated ({exc}); `qkdb findings` computes them when it runs"]
+        why = str(from_os_error(exc, "writing them")) if isinstance(exc, OSError) else str(exc)
+        return [f"findings intervals not updated ({why}); `qkdb findings` computes them when it runs"]
     return []

@@ -15,6 +15,7 @@ complete one. Nothing is ever written inside a glob that queries read, except by
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -53,6 +54,17 @@ def check_model_name(model: str) -> str:
             "(it names folders, and file systems limit a name to 255 bytes)", kind="input"
         )
     return model
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Name the file in an I/O error: pyarrow's (a full disk, a quota) name none, and the user needs to know where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 def _fsync_dir(path: Path) -> None:
@@ -150,10 +162,11 @@ class Staging:
         self._convert(name)
         buffered = self._batches[name]
         if buffered:
-            self._writers[name].write_table(
-                pa.Table.from_batches(buffered, schema=self._tables[name].arrow_schema),
-                row_group_size=max(self.ROW_GROUP_ROWS, self._pending[name]),
-            )
+            with _writing(self.dir / name / DATA):
+                self._writers[name].write_table(
+                    pa.Table.from_batches(buffered, schema=self._tables[name].arrow_schema),
+                    row_group_size=max(self.ROW_GROUP_ROWS, self._pending[name]),
+                )
             self._batches[name] = []
         self._pending[name] = 0
 
@@ -164,7 +177,8 @@ class Staging:
                 self.write(table, empty_table(table))
         for name, w in self._writers.items():
             self._flush(name)
-            w.close()
+            with _writing(self.dir / name / DATA):
+                w.close()
             _fsync_file(self.dir / name / DATA)
             _fsync_dir(self.dir / name)
         self._writers.clear()
@@ -237,10 +251,16 @@ def write_file(folder: Path, name: str, data: pa.Table) -> Path:
     """Write ``folder/name`` as parquet atomically: a hidden temp file outside any ``*.parquet`` glob, fsync, rename."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    pq.write_table(data, tmp, compression="zstd")
-    _fsync_file(tmp)
     final = folder / name
-    os.replace(tmp, final)
+    try:
+        with _writing(final):
+            pq.write_table(data, tmp, compression="zstd")
+            _fsync_file(tmp)
+            os.replace(tmp, final)
+    except OSError:  # a full disk, a quota, ...: no half-written file stays behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(folder)
     return final
 

@@ -90,6 +90,11 @@ class QkdbGroup(typer.core.TyperGroup):
         except Exception as exc:
             if _debug_enabled(ctx) or _from_the_framework(exc):
                 raise
+            from qkdb.errors import os_error_in_message
+
+            fault = os_error_in_message(str(exc), f"qkdb {ctx.invoked_subcommand or ''}".strip())
+            if fault is not None:
+                _fail(str(fault), fault.exit_code)
             _fail(
                 f"internal error in qkdb {ctx.invoked_subcommand or ''}: {type(exc).__name__}: {exc} "
                 "(a bug: run it again with --debug for the traceback, and please report it)",

@@ -55,6 +55,7 @@ def chart(
     heads = None if not head else (head[0] if len(head) == 1 else head)
     models = None if not model else (model[0] if len(model) == 1 else model)
     con = open_warehouse(home)
+    render.warm_up(fmt)
     try:
         figure = build_chart(name, con, models=models, series=series, head=heads)
     finally:
@@ -82,6 +83,8 @@ def report(
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
+    if output is not None and not output.parent.exists():  # said before the figures are built, not after
+        raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist", kind="not_found")
     con = open_warehouse(home)
     try:
         findings_from = warehouse.findings_source(con)
@@ -98,8 +101,6 @@ def report(
     if output is None:
         sys.stdout.write(result.html)
     else:
-        if not output.parent.exists():
-            raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist", kind="not_found")
         output.write_text(result.html, encoding="utf-8")
     # typer.echo, not the rich console: a summary line must not be wrapped at 80 columns.
     typer.echo(

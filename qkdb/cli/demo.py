@@ -117,19 +117,20 @@ def _write_report(home: Path, path: Path) -> Path | None:
 
 
 def _next_steps(home: Path, report: Path | None) -> None:
+    # The README's "A session" block, with this machine's paths: pasted as is, it continues here.
     h = shlex.quote(str(home))
-    lines = [
-        "",
-        "Try next:",
-        f"  qkdb findings --home {h}",
-        f"  qkdb query --home {h} \"select layer, head, bias_strength, r_q_a, r_k_a from head_metrics order by layer, head limit 10\"",
-        f"  qkdb chart bias-strength --home {h} -o bias.png",
-    ]
+    lines = ["", "Continue with the demo's warehouse (paste these lines):"]
     if report is not None:
-        lines.append(f"  {report.as_uri()}   # the report: open it in a browser (works offline)")
+        lines.append(f"  # the report: {report.as_uri()}   (open it in a browser; it works offline)")
     lines += [
-        f"  export QKDB_HOME={h}      # make the demo home the default",
-        "  pip install 'qkdb[sniff]' && qkdb sniff --model-path ./my-hf-model --out ./sniffed   # your own model",
+        f"  export QKDB_HOME={h}",
+        "  qkdb findings",
+        '  qkdb query "select layer, head, bias_strength, r_q_a, r_k_a from head_metrics order by bias_strength desc limit 5"',
+        "  qkdb chart bias-vs-separation -o fig.png",
+        "  qkdb report -o report.html",
+        "  qkdb shell",
+        "Your own data goes to the default warehouse, apart from the demo's (`unset QKDB_HOME` first):",
         "  qkdb ingest --model llama3.2-3b          # a model from the seeds, from the Hugging Face Hub",
+        "  pip install 'qkdb[sniff]' && qkdb sniff --model-path ./my-hf-model --out ./sniffed   # your own model",
     ]
     say("\n".join(lines))

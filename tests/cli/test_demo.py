@@ -73,7 +73,7 @@ def test_demo_end_to_end_offline(tmp_path, runner, offline):
     home = tmp_path / "demo-home"
     result = runner.invoke(app, ["demo", "--home", str(home), "-q", "-j", "1"])
     assert result.exit_code == 0, result.output
-    assert "Try next" in result.stderr and "Try next" not in result.stdout
+    assert "Continue with" in result.stderr and "Continue with" not in result.stdout
     assert result.stdout.strip()  # the findings (or summary) table is data: stdout
 
     con = qkdb.connect(home)
@@ -114,3 +114,32 @@ def test_demo_home_is_its_own_and_not_qkdb_home(monkeypatch, tmp_path):
 
     monkeypatch.setenv("QKDB_HOME", str(tmp_path / "real-warehouse"))
     assert demo_home_default() == Path(platformdirs.user_data_dir("qkdb-demo", appauthor=False))
+
+
+def _session_block(readme: str) -> list[str]:
+    """The commands of README's first "A session" block, comments dropped."""
+    block = readme.split("## A session\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("   #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_demo_ends_with_the_readmes_session_and_it_runs_as_printed(tmp_path):
+    import subprocess
+    import sys
+
+    home = tmp_path / "h"
+    env = {"HOME": str(home), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    demo = subprocess.run(["qkdb", "demo", "-q", "-j", "1"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert demo.returncode == 0, demo.stderr
+    tail = demo.stderr.split("Continue with the demo's warehouse (paste these lines):\n", 1)[1]
+    printed = [ln.strip() for ln in tail.split("Your own data", 1)[0].splitlines() if ln.startswith("  qkdb") or ln.startswith("  export")]
+    demo_home = home / ".local" / "share" / "qkdb-demo"
+    assert printed[0] == f"export QKDB_HOME={demo_home}"
+    # The README shows the same lines, with the Linux default spelled with ~.
+    readme = _session_block((REPO / "README.md").read_text())
+    assert readme == [printed[0].replace(str(home), "~"), *printed[1:]]
+    # Pasted into a shell as printed, every line works (the shell reads an empty stdin and ends).
+    script = "set -e\n" + "\n".join(f"{line} </dev/null >/dev/null" if line.startswith("qkdb") else line for line in printed)
+    done = subprocess.run(["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (home / ".local" / "share" / "qkdb").exists()  # nothing went to the default warehouse

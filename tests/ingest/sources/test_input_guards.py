@@ -7,7 +7,6 @@ which must be exactly as it was after every refusal.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -15,7 +14,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +28,7 @@ from qkdb.ingest.sources.layout import VALUE_BOUND, read_head, write_head, write
 from qkdb.ingest.sources.vector_pages import read_fixed_size_vectors
 
 from helpers.datasets import planted_head
+from helpers.warehouse_state import rows as _rows, tree as _tree
 
 FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
 API_FACTS = dict(family="Toy", gqa_ratio=2, n_layers=2)
@@ -78,31 +77,6 @@ def _damage(path: Path, nbytes: int = 4096, byte: int = 0x7E) -> tuple[int, int]
     X = vec.flatten().to_numpy(zero_copy_only=False).reshape(len(vec), -1).astype(np.float64)
     beyond = np.isfinite(X) & (np.abs(X) > VALUE_BOUND)
     return int(beyond.sum()), int(beyond.any(axis=1).sum())
-
-
-def _tree(home: Path) -> dict[str, tuple]:
-    """Every entry below the home: symlinks by target, files by content hash, directories by name."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(home):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(home))
-            if p.is_symlink():
-                out[rel] = ("link", os.readlink(p))
-            elif p.is_dir():
-                out[rel] = ("dir",)
-            else:
-                out[rel] = ("file", hashlib.sha256(p.read_bytes()).hexdigest())
-    return out
-
-
-def _rows(home: Path) -> dict[str, list]:
-    con = duckdb.connect(str(home / "qk.duckdb"), read_only=True)
-    try:
-        return {t: con.execute(f"select * from {t} order by all").fetchall()
-                for t in ("models", "heads", "pca", "rotation", "ingest_runs")}
-    finally:
-        con.close()
 
 
 def _cli_ingest(runner, ds, *extra):
