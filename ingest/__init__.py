@@ -6,7 +6,7 @@ Rooms (data flows sources → engine → metrics; capture writes datasets that s
                sources an ingest reads (a local folder, a Hub branch) behind one protocol
     capture/   what *writes* datasets: ``qkdb sniff`` (a real model) and ``qkdb simulate`` (planted)
     metrics/   the seeds' per-head metrics: pure numpy, from vectors or their moments
-    engine/    one head from files to rows, the worker pool, runtime tuning
+    engine/    one head from files to rows, the worker pool, runtime tuning, a Ray cluster's tasks
     options.py every option of an ingest, in one dataclass
 
 This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded
@@ -48,4 +48,7 @@ __getattr__, __dir__ = facade(__name__, {
     "check_rope": "qkdb.ingest.engine.head",
     "tune_ingest_process": "qkdb.ingest.engine.runtime",
     "tune_command_line": "qkdb.ingest.engine.runtime",
+    "RayCluster": "qkdb.ingest.engine.cluster",
+    "ClusterCall": "qkdb.ingest.engine.cluster",
+    "check_cluster_address": "qkdb.ingest.engine.cluster",
 })

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 from qkdb.errors import QkdbError
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time __getattr__ loads them
-    from qkdb.api import IngestResult, chart, connect, info, ingest, remove, version  # noqa: F401
+    from qkdb.api import IngestResult, ModelFailure, chart, connect, info, ingest, ingest_many, remove, version  # noqa: F401
 
-__all__ = ["IngestResult", "QkdbError", "chart", "connect", "info", "ingest", "remove", "version"]
+__all__ = ["IngestResult", "ModelFailure", "QkdbError", "chart", "connect", "info", "ingest", "ingest_many", "remove",
+           "version"]
 
 # The API loads on first use: `import qkdb.<anything>` (the CLI's entry point, the ingest's worker
 # processes) must not pay for numpy, pyarrow and DuckDB before it needs them.
-_API = ("IngestResult", "chart", "connect", "info", "ingest", "remove", "version")
+_API = ("IngestResult", "ModelFailure", "chart", "connect", "info", "ingest", "ingest_many", "remove", "version")
 
 # `qkdb.ingest` names both the ingest function and the (empty) package of the ingest's modules.
 # Importing a package binds it on its parent, so the package is imported here, once, and unbound:

@@ -7,12 +7,12 @@ a function needs them, so importing this module stays cheap.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qkdb import warehouse
-from qkdb.errors import InputError, UsageError
+from qkdb.errors import InputError, QkdbError, UsageError
 from qkdb._version import version
 
 if TYPE_CHECKING:
@@ -20,19 +20,19 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from qkdb.ingest import IngestOptions
-    from qkdb.pipeline import IngestResult
+    from qkdb.pipeline import IngestResult, ModelFailure
 
 Progress = Callable[..., None]
 
-__all__ = ["IngestResult", "chart", "connect", "ensure_intervals", "info", "ingest", "models_overview", "remove",
-           "version"]
+__all__ = ["IngestResult", "ModelFailure", "chart", "connect", "ensure_intervals", "info", "ingest", "ingest_many",
+           "models_overview", "remove", "version"]
 
 
 def __getattr__(name: str):
-    if name == "IngestResult":  # (the pipeline loads numpy and pyarrow: only when asked for)
-        from qkdb.pipeline import IngestResult
+    if name in ("IngestResult", "ModelFailure"):  # (the pipeline loads numpy and pyarrow: only when asked for)
+        from qkdb import pipeline
 
-        return IngestResult
+        return getattr(pipeline, name)
     raise AttributeError(f"module 'qkdb.api' has no attribute {name!r}")
 
 
@@ -69,6 +69,7 @@ def ingest(
     source: str | None = None,
     home: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    cluster: str | None = None,
     **option_values,
 ) -> IngestResult:
     """Compute every metric of a sniffed-qk dataset and publish it to the warehouse as one model.
@@ -96,6 +97,10 @@ def ingest(
     progress : callable, optional
         Called as ``progress(event, **info)`` ('start', 'download', 'head', 'publish', 'intervals',
         'done'; every event names its ``model``).
+    cluster : str, optional
+        Compute the model on a Ray cluster (extra ``cluster``): ``'local'`` (a Ray instance started
+        in this process), ``'auto'``, ``'HOST:PORT'`` or ``'ray://HOST:PORT'``; the warehouse stays
+        here. A ``path`` must exist on the worker's node. See :func:`ingest_many` and docs/cluster.md.
 
     Returns
     -------
@@ -118,10 +123,73 @@ def ingest(
         raise InputError(str(exc)) from None
     if path is None and not model:
         raise UsageError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
+    if cluster is not None:
+        (result,) = ingest_many([(path, model)], options=options, source=source, home=home, progress=progress,
+                                cluster=cluster)
+        if isinstance(result, pipeline.ModelFailure):
+            raise result.error
+        return result
     return pipeline.run(
         Path(path) if path is not None else None, model, options, kind=source,
         home=warehouse.resolve_home(home), progress=progress,
     )
+
+
+def ingest_many(
+    targets: Iterable[tuple[str | os.PathLike | None, str | None]],
+    *,
+    cluster: str | None = None,
+    options: IngestOptions | None = None,
+    source: str | None = None,
+    home: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    **option_values,
+) -> list[IngestResult | ModelFailure]:
+    """Ingest several models, each published atomically on its own; one that fails does not stop the others.
+
+    Parameters
+    ----------
+    targets : iterable of (path, model)
+        One pair per model, as :func:`ingest` takes them: a local dataset (``path``, its model
+        named by ``model`` or its ``qkdb_dataset.json``) or a model from the Hub (``path`` None).
+    cluster : str, optional
+        Run one Ray task per model on this cluster (``'local'``, ``'auto'``, ``'HOST:PORT'``,
+        ``'ray://HOST:PORT'``; extra ``cluster``). Each task reads its source on its worker (the
+        Hub into that node's HF cache; a ``path`` must exist on that node), computes the model's
+        tables and returns them through Ray's object store; this process publishes each model as
+        it arrives and records the address and Ray's version in ``ingest_runs``. Without it the
+        models are ingested here one after the other, each with the local worker pool.
+    options, source, home, progress, **option_values
+        As for :func:`ingest`; ``progress`` also gets ``'cluster'`` events (``done``, ``failed``,
+        ``total``, ``bytes_read``, ``bytes_received``) on a cluster.
+
+    Returns
+    -------
+    list of IngestResult or ModelFailure
+        One per target, in the order they finished; a :class:`ModelFailure` holds the model's
+        name (its path when its name could not be read) and the error. Nothing of it was published.
+    """
+    from qkdb import pipeline
+    from qkdb.ingest import IngestOptions
+
+    try:
+        options = (options or IngestOptions()).updated(**option_values) if option_values else (options or IngestOptions())
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    targets = [(Path(p) if p is not None else None, m) for p, m in targets]
+    for p, m in targets:
+        if p is None and not m:
+            raise UsageError("give a model name (ingested from the Hub) or a path (a local dataset) for every model")
+    if cluster is not None:
+        return pipeline.run_on_cluster(targets, options, kind=source, home=warehouse.resolve_home(home),
+                                       address=cluster, progress=progress)
+    out: list = []
+    for p, m in targets:
+        try:
+            out.append(ingest(p, m, options=options, source=source, home=home, progress=progress))
+        except QkdbError as exc:
+            out.append(pipeline.ModelFailure(m or str(p), exc))
+    return out
 
 
 def remove(model: str, home: str | os.PathLike | None = None, wait: float = 0.0) -> bool:

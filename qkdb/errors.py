@@ -97,6 +97,12 @@ class ChartError(QkdbError):
     kind = "input"
 
 
+class ClusterError(QkdbError):
+    """Running an ingest on a Ray cluster failed: the cluster cannot be reached, a worker was lost, Ray is missing."""
+
+    kind = "network"
+
+
 class SniffError(QkdbError):
     """Capturing queries and keys from a model failed."""
 

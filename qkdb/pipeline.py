@@ -9,6 +9,7 @@ import each other; it uses only their facades.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -23,7 +24,7 @@ from qkdb.ingest import (
     VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, discover, open_source, read_metadata,
     resolve_spec, run_groups, spec_notes, tune_ingest_process,
 )
-from qkdb.errors import InputError, QkdbError, from_os_error
+from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
 from qkdb._version import version
 
 Progress = Callable[..., None]
@@ -46,16 +47,18 @@ class IngestResult:
 class _Run:
     """What one ingest knows before its first head: its source, facts, options and fingerprint."""
 
-    home: Path
+    home: Path | None  # (None on a cluster's worker: the driver publishes)
     spec: object  # qkdb.ingest.ModelSpec
     options: object  # qkdb.ingest.IngestOptions
-    source: object  # qkdb.ingest.Source
+    source: object  # qkdb.ingest.Source (a SourceFacts once back from a cluster's worker)
     kind: str  # ingest_runs.source
     fingerprint: str
     workers: int
     started: dt.datetime
     t0: float
     notes: list[str]
+    cluster: str | None = None  # the Ray cluster's address, when the heads were computed on one
+    ray_version: str | None = None
 
 
 def fingerprint(data: str, spec, options) -> str:
@@ -71,9 +74,9 @@ def _parameters(spec, options) -> dict:
     return options.parameters(spec.rope_theta, spec.rope_pairing, spec.rope_scaling)
 
 
-def run(path: Path | None, name: str | None, options, *, kind: str | None, home: Path,
-        progress: Progress | None) -> IngestResult:
-    """Plan, check and run one ingest (see :func:`qkdb.api.ingest`)."""
+def _plan(path: Path | None, name: str | None, options, *, kind: str | None, home: Path | None,
+          workers: int) -> _Run:
+    """Resolve the facts, check them, open the source and fingerprint what it holds (where the data is read)."""
     started, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
     if path is not None:
         discover(path)  # a missing or empty dataset is the problem to report, before any model facts
@@ -88,23 +91,35 @@ def run(path: Path | None, name: str | None, options, *, kind: str | None, home:
     check_rope(spec, options)
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the planning and warehouse work below.
-    workers = options.workers or default_workers()
     tune_ingest_process(workers)
     source = open_source(
         spec, HeadSelection.parse(options.heads), path=path, repo=options.repo, revision=options.revision,
         endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token,
     )
-    home = warehouse.ensure_writable(home)
     fp = fingerprint(source.fingerprint(), spec, options)
-    if not options.force and warehouse.store.is_ingested(home, spec.model):
-        previous = warehouse.store.last_run(home, spec.model)
-        if previous and json.loads(previous["parameters"]).get("fingerprint") == fp:
-            return IngestResult(spec.model, home, previous["run_id"], 0, 0, unchanged=True)
-    if progress is not None:
-        source.report_to(progress, model=spec.model)
     notes = [f"ignored folder {p}" for p in source.ignored] + spec_notes(spec, options.complement)
-    job = _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes)
+    return _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes)
+
+
+def run(path: Path | None, name: str | None, options, *, kind: str | None, home: Path,
+        progress: Progress | None) -> IngestResult:
+    """Plan, check and run one ingest on this machine (see :func:`qkdb.api.ingest`)."""
+    job = _plan(path, name, options, kind=kind, home=None, workers=options.workers or default_workers())
+    job.home = warehouse.ensure_writable(home)
+    if not options.force and _last_fingerprint(job.home, job.spec.model) == job.fingerprint:
+        previous = warehouse.store.last_run(job.home, job.spec.model)
+        return IngestResult(job.spec.model, job.home, previous["run_id"], 0, 0, unchanged=True)
+    if progress is not None:
+        job.source.report_to(progress, model=job.spec.model)
     return _publish(job, progress or (lambda *a, **k: None))
+
+
+def _last_fingerprint(home: Path, model: str) -> str | None:
+    """The fingerprint of the model's published version (None when it has none)."""
+    if not warehouse.store.is_ingested(home, model):
+        return None
+    previous = warehouse.store.last_run(home, model)
+    return json.loads(previous["parameters"]).get("fingerprint") if previous else None
 
 
 def _publish(job: _Run, progress: Progress) -> IngestResult:
@@ -121,26 +136,13 @@ def _publish(job: _Run, progress: Progress) -> IngestResult:
         warehouse.ensure_catalog(job.home)
         staging = store.Staging(job.home, spec.model)
         progress("start", model=spec.model, total=len(planned))
-        done, skipped, head_dim, bad_rows = _stage_heads(job, outcomes, staging, progress)
-        published = dt.datetime.now(dt.timezone.utc)
-        staging.add(warehouse.MODELS, _model_row(job, head_dim, done, published))
-        staging.close()
-        progress("publish", model=spec.model)
-        store.publish(staging)
+        staged = _stage_heads(job, outcomes, staging, progress)
+        run_id = _commit(job, staging, staged, progress)
         staging = None
-        for reason, dropped in bad_rows.items():
-            if dropped:
-                job.notes.append(_dropped_rows_note(reason, dropped))
-        try:
-            run_id = _log_run(job, published, done, skipped)
-        except OSError as exc:  # a full disk after the publish: the model is in, say so
-            raise from_os_error(exc, f"{spec.model} is published, but its ingest_runs row was not written") from exc
         progress("intervals", model=spec.model)
         job.notes.extend(refresh_intervals(job.home))
-        progress("done", model=spec.model, heads=done, skipped=len(skipped))
-        return IngestResult(
-            spec.model, job.home, run_id, done, len(skipped), skipped, job.notes, time.perf_counter() - job.t0
-        )
+        progress("done", model=spec.model, heads=staged.done, skipped=len(staged.skipped))
+        return _result(job, run_id, staged)
     finally:
         if outcomes is not None:
             outcomes.close()  # (an error: stops the pool)
@@ -149,8 +151,222 @@ def _publish(job: _Run, progress: Progress) -> IngestResult:
         lock.release()
 
 
-def _stage_heads(job: _Run, outcomes, staging, progress: Progress):
-    """Stage every head's rows as it completes; a bad head fails the ingest unless skip_bad_heads."""
+@dataclass
+class _Staged:
+    """What staging a model's heads came to (the rows themselves are in the staging or the Arrow tables)."""
+
+    done: int
+    skipped: list[tuple[str, str]]
+    head_dim: int | None
+    bad_rows: dict[str, dict[str, int]]  # reason ('null', 'bad') -> file -> rows dropped
+
+
+def _commit(job: _Run, staging, staged: _Staged, progress: Progress) -> str:
+    """Add the model's row, publish the staged version in one step and log the run; returns the run id."""
+    published = dt.datetime.now(dt.timezone.utc)
+    staging.add(warehouse.MODELS, _model_row(job, staged.head_dim, staged.done, published))
+    staging.close()
+    progress("publish", model=job.spec.model)
+    warehouse.store.publish(staging)
+    for reason, dropped in staged.bad_rows.items():
+        if dropped:
+            job.notes.append(_dropped_rows_note(reason, dropped))
+    try:
+        return _log_run(job, published, staged.done, staged.skipped)
+    except OSError as exc:  # a full disk after the publish: the model is in, say so
+        raise from_os_error(exc, f"{job.spec.model} is published, but its ingest_runs row was not written") from exc
+
+
+def _result(job: _Run, run_id: str, staged: _Staged) -> IngestResult:
+    return IngestResult(
+        job.spec.model, job.home, run_id, staged.done, len(staged.skipped), staged.skipped, job.notes,
+        time.perf_counter() - job.t0,
+    )
+
+
+# -- on a Ray cluster: each model computed by a task on a worker, published here -------------------
+
+
+@dataclass
+class SourceFacts:
+    """What the model's row and the run log record of a source, as plain values (sent back from a worker)."""
+
+    kind: str
+    location: str
+    revision: str | None
+    commit: str | None
+
+
+@dataclass
+class ModelFailure:
+    """A model that was not published: what it was asked as (its name, else its path) and why."""
+
+    model: str
+    error: QkdbError
+
+
+@dataclass
+class _Computed:
+    """A model computed on a cluster's worker: its run (facts, fingerprint, notes) and its tables as Arrow."""
+
+    job: _Run
+    staged: _Staged | None = None
+    tables: dict | None = None  # table name -> compressed Arrow IPC bytes (warehouse.pack_tables); None when unchanged
+    bytes_read: int = 0  # the head files the worker read (after downloading them, for the Hub)
+    seconds: float = 0.0  # on the worker, from planning to the last head
+    unchanged: bool = False
+
+
+def compute_model(path: str | None, name: str | None, options, kind: str | None,
+                  previous: dict[str, str]) -> _Computed | ModelFailure:
+    """One Ray task: read a model's source on this worker, compute its tables, return them as Arrow.
+
+    ``path`` must exist on the worker's node; a Hub source downloads into the node's HF cache.
+    ``previous`` maps each published model to its fingerprint: a model whose data, parameters
+    and version are unchanged is not computed again (unless ``options.force``). Bad input is
+    returned as a :class:`ModelFailure` (Ray does not retry it); anything else raises.
+    """
+    label = name or path or "?"
+    try:
+        job = _plan(Path(path) if path is not None else None, name, options, kind=kind, home=None, workers=1)
+        label = job.spec.model
+        if not options.force and previous.get(label) == job.fingerprint:
+            return _Computed(_detach(job), unchanged=True)
+        collage = collage_heads(job.source.planned, options)
+        counted = _Counted(job.source.groups())
+        rows = warehouse.ArrowRows()
+        staged = _stage_heads(job, run_groups(counted, job.spec, options, collage, 1), rows, lambda *a, **k: None)
+        tables = warehouse.pack_tables(rows.tables())  # (compressed: what crosses the network)
+        return _Computed(_detach(job), staged, tables, counted.bytes, time.perf_counter() - job.t0)
+    except QkdbError as exc:
+        return ModelFailure(label, exc)
+    except OSError as exc:  # (the worker's disk: one line, as on this machine)
+        return ModelFailure(label, from_os_error(exc, f"reading {label} on a Ray worker"))
+
+
+class _Counted:
+    """A source's groups, counting the bytes of the head files they bring."""
+
+    def __init__(self, groups):
+        self.groups, self.bytes = groups, 0
+
+    def __iter__(self):
+        for group in self.groups:
+            for f in (group.key, *group.queries):
+                self.bytes += f.path.stat().st_size
+            yield group
+
+
+def _detach(job: _Run) -> _Run:
+    """The run without its live source (a Hub client, a plan of local paths): what the driver needs of it."""
+    from dataclasses import replace
+
+    s = job.source
+    return replace(job, source=SourceFacts(job.kind, s.location, s.revision, s.commit))
+
+
+def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, kind: str | None, home: Path,
+                   address: str, progress: Progress | None) -> list[IngestResult | ModelFailure]:
+    """Ingest several models on a Ray cluster: one task per model; each published here as it arrives.
+
+    The driver (this process) owns the warehouse: it publishes every model exactly as an ingest
+    on this machine does, each atomically under its lock. A model that fails (bad input, a worker
+    lost after Ray's retries) is a :class:`ModelFailure` and never published in part; the others
+    go on. Progress events: ``cluster`` (``done``, ``failed``, ``total``, ``bytes_read``,
+    ``bytes_received``; after a computed model also its ``worker_seconds``, ``model_bytes_read``,
+    ``model_bytes_received`` and ``publish_seconds``), and ``publish``/``done`` per model.
+    """
+    from qkdb.ingest import ClusterCall, RayCluster
+
+    progress = progress or (lambda *a, **k: None)
+    out: list[IngestResult | ModelFailure] = []
+    # (a missing Ray or an unreachable cluster fails before the warehouse is touched)
+    with RayCluster(address, num_cpus=options.workers) as cluster:
+        home = warehouse.ensure_writable(home)
+        previous = {} if options.force else _published_fingerprints(home)
+        calls = [
+            ClusterCall(name or (str(path) if path is not None else "?"),
+                        (str(path) if path is not None else None, name, options, kind, previous))
+            for path, name in targets
+        ]
+        counts = {"done": 0, "failed": 0, "total": len(calls), "bytes_read": 0, "bytes_received": 0}
+        progress("cluster", **counts)
+        # (closed on any way out, Ctrl-C included: the tasks still running are cancelled)
+        with contextlib.closing(cluster.run_models(compute_model, calls)) as outcomes:
+            for outcome in outcomes:
+                result = outcome.value
+                if outcome.error is not None:
+                    result = ModelFailure(outcome.call.label,
+                                          ClusterError(f"{outcome.call.label}: {outcome.error}", kind=outcome.kind))
+                timing = {}
+                if isinstance(result, _Computed):
+                    received = sum(len(data) for data in (result.tables or {}).values())
+                    counts["bytes_read"] += result.bytes_read
+                    counts["bytes_received"] += received
+                    timing = {"worker_seconds": result.seconds, "model_bytes_read": result.bytes_read,
+                              "model_bytes_received": received}
+                    t0 = time.perf_counter()
+                    try:
+                        result = _publish_computed(result, home, cluster, progress)
+                    except QkdbError as exc:
+                        result = ModelFailure(result.job.spec.model, exc)
+                    timing["publish_seconds"] = time.perf_counter() - t0
+                out.append(result)
+                counts["failed" if isinstance(result, ModelFailure) else "done"] += 1
+                # (the per-model figures are what benchmarks/cluster.py scales to a real cluster)
+                progress("cluster", model=getattr(result, "model", None), **counts, **timing)
+    if any(isinstance(r, IngestResult) and not r.unchanged for r in out):
+        progress("intervals", model=None)
+        notes = refresh_intervals(home)  # once for the batch, not once per model
+        for r in out:
+            if isinstance(r, IngestResult) and not r.unchanged:
+                r.notes.extend(notes)
+    return out
+
+
+def _published_fingerprints(home: Path) -> dict[str, str]:
+    out = {}
+    for model in warehouse.store.ingested_models(home):
+        fp = _last_fingerprint(home, model)
+        if fp is not None:
+            out[model] = fp
+    return out
+
+
+def _publish_computed(computed: _Computed, home: Path, cluster, progress: Progress) -> IngestResult:
+    """Publish a model a worker computed, exactly as one computed here: staged, committed in one step, logged."""
+    from dataclasses import replace
+
+    # (t0 was the worker's clock: the result's seconds are the worker's plus the publish here)
+    job = replace(computed.job, home=home, cluster=cluster.address, ray_version=cluster.ray_version,
+                  t0=time.perf_counter() - computed.seconds)
+    store, model = warehouse.store, job.spec.model
+    if computed.unchanged:
+        previous = store.last_run(home, model)
+        return IngestResult(model, home, previous["run_id"] if previous else None, 0, 0, unchanged=True)
+    lock = store.acquire_model(home, model, job.options.wait)
+    staging = None
+    try:
+        store.cleanup_model(home, model)
+        warehouse.ensure_catalog(home)
+        staging = store.Staging(home, model)
+        for name, table in warehouse.unpack_tables(computed.tables).items():
+            staging.write(warehouse.TABLES[name], table)
+        run_id = _commit(job, staging, computed.staged, progress)
+        staging = None
+        progress("done", model=model, heads=computed.staged.done, skipped=len(computed.staged.skipped))
+        return _result(job, run_id, computed.staged)
+    finally:
+        if staging is not None:
+            staging.discard()
+        lock.release()
+
+
+def _stage_heads(job: _Run, outcomes, staging, progress: Progress) -> _Staged:
+    """Stage every head's rows as it completes; a bad head fails the ingest unless skip_bad_heads.
+
+    ``staging`` is the warehouse's Staging, or (on a cluster's worker) an ArrowRows that holds them.
+    """
     spec, options = job.spec, job.options
     done, skipped, head_dim = 0, [], None
     # reason -> file -> rows dropped: null rows always, rows with bad values with drop_bad_vectors
@@ -174,7 +390,7 @@ def _stage_heads(job: _Run, outcomes, staging, progress: Progress):
         warehouse.store.pause("after_head")
     if done == 0:
         raise InputError(f"{job.source.location}: no head could be ingested ({len(skipped)} skipped)")
-    return done, skipped, head_dim, bad_rows
+    return _Staged(done, skipped, head_dim, bad_rows)
 
 
 def _log_run(job: _Run, published: dt.datetime, done: int, skipped: list) -> str:
@@ -189,6 +405,7 @@ def _log_run(job: _Run, published: dt.datetime, done: int, skipped: list) -> str
         "qkdb_version": version(), "started_at": job.started, "finished_at": dt.datetime.now(dt.timezone.utc),
         "heads_done": done, "heads_skipped": len(skipped),
         "skipped": json.dumps([{"head": h, "reason": r} for h, r in skipped]),
+        "cluster": job.cluster, "ray_version": job.ray_version,
     }
     batch = warehouse.to_batch(warehouse.INGEST_RUNS, row)
     warehouse.store.append(job.home, warehouse.INGEST_RUNS, job.spec.model, run_id, pa.Table.from_batches([batch]))

@@ -3,12 +3,14 @@
 Data flows one way: sources → engine → metrics → staging → catalog → views → charts → CLI. So no
 layer imports the API or the CLI above it; ingest and warehouse never import each other; the CLI
 and the API reach a layer through its facade (its package), never its inner modules; metrics are
-pure math; only the CLI imports typer and rich.
+pure math; only the CLI imports typer and rich; only the cluster backend imports ray.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ FOLDERS = {"qkdb": "qkdb", "ingest": "qkdb.ingest", "warehouse": "qkdb.warehouse
 
 
 def _modules() -> dict[str, set[str]]:
-    """Every module of the package (installed name) and the qkdb/typer/rich modules it imports."""
+    """Every module of the package (installed name) and the qkdb/typer/rich/ray modules it imports."""
     out = {}
     for folder, package in FOLDERS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -33,7 +35,7 @@ def _modules() -> dict[str, set[str]]:
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     # `from qkdb.x import y` may import the module qkdb.x.y: count both.
                     imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-            out[name] = {m for m in imported if m.split(".")[0] in ("qkdb", "typer", "rich", "click")}
+            out[name] = {m for m in imported if m.split(".")[0] in ("qkdb", "typer", "rich", "click", "ray")}
     return out
 
 
@@ -109,3 +111,26 @@ def test_only_the_cli_imports_typer_and_rich():
     users = sorted(mod for mod, imports in MODULES.items()
                    if any(_within(i, t) for i in imports for t in ("typer", "rich", "click")))
     assert users and all(_within(m, "qkdb.cli") for m in users), users
+
+
+def test_only_the_cluster_backend_imports_ray():
+    # Ray is an optional extra: one module knows it, and loads it only when a cluster is asked for.
+    users = sorted(mod for mod, imports in MODULES.items() if any(_within(i, "ray") for i in imports))
+    assert users == ["qkdb.ingest.engine.cluster"], users
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["ingest", "--help"]])
+def test_import_qkdb_and_its_help_never_load_ray(args):
+    # What the installed ray would cost every command (~1 s, a thousand modules) is paid only by --cluster.
+    code = (
+        "import sys, qkdb\n"
+        "if sys.argv[1:]:\n"
+        "    from qkdb.cli.app import app\n"
+        "    try:\n"
+        "        app(sys.argv[1:], prog_name='qkdb')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('ray' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "False", done.stderr

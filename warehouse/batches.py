@@ -187,3 +187,70 @@ def _micros(x: dt.datetime) -> int:
     if x.tzinfo is None:
         x = x.replace(tzinfo=dt.timezone.utc)  # as pyarrow reads a naive datetime: UTC wall time
     return (x - _EPOCH) // _MICROSECOND
+
+
+class ArrowRows:
+    """A model's rows held in memory as Arrow tables: what :class:`~qkdb.warehouse.store.Staging` would write.
+
+    Has Staging's ``add``, so the code that stages a model's heads fills either. A cluster's
+    worker fills one and sends its :meth:`tables` to the driver through Ray's object store; the
+    driver writes them into its Staging (``Staging.write``) and publishes.
+    """
+
+    # Column dicts are converted in chunks of about this many rows (Staging's row-group size):
+    # one conversion per head would cost as much as the head; one for the whole model holds
+    # every head's dicts at once.
+    CHUNK_ROWS = 65_536
+
+    def __init__(self) -> None:
+        self._tables: dict[str, Table] = {}
+        self._columns: dict[str, list[dict]] = {}
+        self._pending: dict[str, int] = {}
+        self._batches: dict[str, list[pa.RecordBatch]] = {}
+
+    def add(self, table: Table, columns: dict) -> None:
+        """Rows given as a column dict (scalars broadcast, absent columns NULL; see :func:`to_batch`)."""
+        check_columns(table, columns)
+        name = table.name
+        if name not in self._tables:
+            self._tables[name], self._columns[name], self._pending[name], self._batches[name] = table, [], 0, []
+        self._columns[name].append(columns)
+        self._pending[name] += n_rows(columns)
+        if self._pending[name] >= self.CHUNK_ROWS:
+            self._convert(name)
+
+    def _convert(self, name: str) -> None:
+        if self._columns[name]:
+            table = self._tables[name]
+            self._batches[name].append(to_batch(table, merge_columns(table, self._columns[name])))
+            self._columns[name], self._pending[name] = [], 0
+
+    def tables(self) -> dict[str, pa.Table]:
+        """Every table that received rows, with its schema."""
+        out = {}
+        for name, table in self._tables.items():
+            self._convert(name)
+            out[name] = pa.Table.from_batches(self._batches[name], schema=table.arrow_schema)
+        return out
+
+
+def pack_tables(tables: dict[str, pa.Table]) -> dict[str, bytes]:
+    """Each table as a zstd-compressed Arrow IPC stream: what a cluster's worker sends to the driver.
+
+    Uncompressed, a full model's ``points`` alone is ~170 MB, nearly all of it the data buffers of
+    its NULL complement-score columns (60 float64 columns, filled only for collage heads); compressed,
+    the whole model is a few MB, and the wire, not the tables' size, stops being what the driver waits for.
+    """
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    out = {}
+    for name, table in tables.items():
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+        out[name] = sink.getvalue().to_pybytes()
+    return out
+
+
+def unpack_tables(packed: dict[str, bytes]) -> dict[str, pa.Table]:
+    """The tables :func:`pack_tables` packed, schemas included."""
+    return {name: pa.ipc.open_stream(pa.py_buffer(data)).read_all() for name, data in packed.items()}

@@ -273,6 +273,8 @@ INGEST_RUNS = Table(
         Column("heads_done", i32, "Query heads ingested."),
         Column("heads_skipped", i32, "Query heads skipped."),
         Column("skipped", s, "JSON list of {head, reason} for skipped heads."),
+        Column("cluster", s, "Ray cluster address the heads were computed on ('local', 'auto', HOST:PORT, ray://HOST:PORT); NULL for an ingest on this machine."),
+        Column("ray_version", s, "Ray version of the driver for a cluster ingest (the cluster runs the same); NULL otherwise."),
     ),
     versioned=False,
 )

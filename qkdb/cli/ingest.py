@@ -41,7 +41,7 @@ def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
 @app.command()
 def ingest(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Registry name (from the Hub unless --path), or a new name (with --family, --gqa-ratio, --n-layers). Repeatable.")] = None,
-    path: Annotated[Optional[Path], typer.Option("--path", "-p", help="Local dataset root in the sniffed-qk layout.")] = None,
+    path: Annotated[Optional[list[Path]], typer.Option("--path", "-p", help="Local dataset root in the sniffed-qk layout. Repeatable: each is one model, named by its qkdb_dataset.json (or --model with one path).")] = None,
     series: Annotated[Optional[str], typer.Option("--series", help="Every checkpoint of a registry training series, from the Hub.")] = None,
     all_models: Annotated[bool, typer.Option("--all", help="Every registry model that has a branch on the Hub.")] = False,
     repo: Annotated[Optional[str], typer.Option("--repo", help="Hub dataset repo (default: the registry's, viktoroo/sniffed-qk).")] = None,
@@ -66,14 +66,19 @@ def ingest(
     seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
     skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
     drop_bad_vectors: Annotated[bool, typer.Option("--drop-bad-vectors", help="Drop rows whose vector holds NaN, ±inf or a value beyond ±65504 (counted in heads.n_dropped) instead of refusing the file.")] = False,
-    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: cores).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: cores); with --cluster local, the local Ray instance's CPUs.")] = None,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", help="Run one Ray task per model on a Ray cluster: 'local' (start one here), 'auto', HOST:PORT or ray://HOST:PORT (extra 'cluster'; docs/cluster.md). The warehouse stays on this machine.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Re-ingest even if these files were already ingested.")] = False,
     wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for another ingest of the same model.")] = 0.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     home: HomeOption = None,
 ) -> None:
     """Ingest sniffed-qk data (a local folder or the Hugging Face Hub): compute every metric per head and publish each model atomically."""
-    names = _models_to_ingest(model, path, series, all_models, repo, cache_dir)
+    targets = _models_to_ingest(model, path, series, all_models, repo, cache_dir)
+    if cluster is not None:
+        from qkdb.ingest import check_cluster_address
+
+        cluster = check_cluster_address(cluster)
     try:
         options = IngestOptions(
             repo=repo, revision=revision, heads=heads, cache_dir=cache_dir, family=family, gqa_ratio=gqa_ratio,
@@ -85,52 +90,77 @@ def ingest(
         )
     except ValueError as exc:  # an option out of range is the user's input
         raise InputError(str(exc)) from None
-    if len(names) == 1:
+    if cluster is not None:
         with ingest_progress(quiet) as progress:
-            result = api.ingest(path, names[0], options=options, home=home, progress=progress)
+            outcomes = api.ingest_many(targets, cluster=cluster, options=options, home=home, progress=progress)
+        # The tasks ran side by side: every failure is reported (a Hub outage does not stop the others).
+        failed: list[tuple[str, QkdbError]] = []
+        for outcome in outcomes:
+            if isinstance(outcome, api.ModelFailure):
+                note(f"error: {outcome.model}: {outcome.error}")
+                failed.append((outcome.model, outcome.error))
+            else:
+                _report(outcome)
+        _fail_if(failed, len(targets))
+        return
+    if len(targets) == 1:
+        with ingest_progress(quiet) as progress:
+            result = api.ingest(*targets[0], options=options, home=home, progress=progress)
         _report(result)
         return
-    # Several models (--series, --all): one failure is reported and the others go on, unless the
-    # Hub cannot be reached at all: then once, with the models left undone.
-    failed: list[tuple[str, QkdbError]] = []
-    for i, name in enumerate(names):
+    # Several models (--series, --all, several --path): one failure is reported and the others go
+    # on, unless the Hub cannot be reached at all: then once, with the models left undone.
+    failed = []
+    for i, (target_path, name) in enumerate(targets):
+        label = name or str(target_path)
         try:
             with ingest_progress(quiet) as progress:
-                result = api.ingest(path, name, options=options, home=home, progress=progress)
+                result = api.ingest(target_path, name, options=options, home=home, progress=progress)
             _report(result)
         except QkdbError as exc:
             if exc.kind == "network":
-                undone = [n for n, _ in failed] + names[i:]
+                undone = [n for n, _ in failed] + [m or str(p) for p, m in targets[i:]]
                 raise HubError(f"{exc}; not ingested: {', '.join(undone)}", kind="network") from None
-            note(f"error: {name}: {exc}")
-            failed.append((name, exc))
+            note(f"error: {label}: {exc}")
+            failed.append((label, exc))
+    _fail_if(failed, len(targets))
+
+
+def _fail_if(failed: list[tuple[str, QkdbError]], total: int) -> None:
+    """One error for the models that failed, of the first failure's kind (its exit code)."""
     if failed:
         raise QkdbError(
-            f"{len(failed)} of {len(names)} models failed: {', '.join(n for n, _ in failed)}", kind=failed[0][1].kind
+            f"{len(failed)} of {total} models failed: {', '.join(n for n, _ in failed)}", kind=failed[0][1].kind
         )
 
 
-def _models_to_ingest(model, path, series, all_models, repo, cache_dir) -> list:
+def _models_to_ingest(model, paths, series, all_models, repo, cache_dir) -> list[tuple[Path | None, str | None]]:
+    """(path, model name) per model to ingest: a None path is the Hub, a None name the dataset's own."""
     chosen = sum(bool(x) for x in (model, series, all_models))
     if chosen > 1:
         raise UsageError("give one of --model, --series or --all")
+    paths = list(paths or [])
     if series or all_models:
-        if path is not None:
+        if paths:
             raise UsageError("--series and --all ingest from the Hub; use --model with --path")
         from qkdb.ingest import hub, registry
 
         if series:
-            return [s.model for s in registry.series_models(series)]
+            return [(None, s.model) for s in registry.series_models(series)]
 
         branches, _ = hub.list_branches(repo or hub.DEFAULT_REPO, cache_dir=cache_dir)
-        return hub.models_on_hub(branches)
+        return [(None, m) for m in hub.models_on_hub(branches)]
+    if len(paths) > 1:
+        if model:
+            raise UsageError("with several --path, each dataset's qkdb_dataset.json names its model: --model goes with one --path")
+        return [(p, None) for p in paths]
     if model:
-        if path is not None and len(model) > 1:
+        if paths and len(model) > 1:
             raise UsageError("one --model per --path")
-        return list(model)
-    if path is None:
+        return [(paths[0] if paths else None, m) for m in model]
+    if not paths:
         raise UsageError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
-    return [None]  # the dataset's qkdb_dataset.json names it
+    return [(paths[0], None)]  # the dataset's qkdb_dataset.json names it
 
 
 def _report(result: api.IngestResult) -> None:

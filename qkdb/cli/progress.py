@@ -103,7 +103,8 @@ class Bars:
 
 
 class IngestDisplay:
-    """The progress callback of ``qkdb.api.ingest(progress=...)``: heads per model, bytes per download."""
+    """The progress callback of ``qkdb.api.ingest(progress=...)``: heads per model, bytes per download; on a
+    Ray cluster (``ingest_many(cluster=...)``), models done and failed with the bytes the workers read and sent back."""
 
     def __init__(self, bars: Bars) -> None:
         self.bars = bars
@@ -119,6 +120,11 @@ class IngestDisplay:
             self.done[model] += 1
             n, total = self.done[model], self.totals[model]
             self.bars.update(f"heads {model}", f"ingest {model}", n, total, f"{n}/{total} heads")
+        elif event == "cluster":  # each model's heads are counted on its worker: here, whole models
+            total, done, failed = info.get("total") or 0, info.get("done") or 0, info.get("failed") or 0
+            detail = f"{done}/{total} models" + (f", {failed} failed" if failed else "")
+            detail += f", read {_mb(info.get('bytes_read') or 0)}, got {_mb(info.get('bytes_received') or 0)}"
+            self.bars.update("ray", "ray", done + failed, total, detail)
         elif event == "download":
             total, done = info.get("total") or 0, info.get("done") or 0
             self.bars.update(f"download {model}", f"download {model}", done, total or None, f"{_mb(done)}/{_mb(total)}")

@@ -1,0 +1,354 @@
+"""Ingesting on a Ray cluster (issue 22): a real Ray head on loopback, real worker processes, real kills.
+
+The tests marked ``cluster`` need the extra (``pip install -e '.[cluster]'``) and start a head
+with ``ray start`` (tests/helpers/ray_head.py); every process it started is killed at the end.
+The others check what needs no Ray: addresses, the missing-extra message, that qkdb never loads
+Ray unless asked, and several ``--path`` on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import duckdb
+import pytest
+
+from qkdb.errors import EXIT_CODES, InputError
+from qkdb.ingest.engine.cluster import check_cluster_address
+from qkdb.warehouse import store
+from qkdb.warehouse.schema import TABLES
+
+from helpers.datasets import make_dataset
+
+QKDB = [sys.executable, "-m", "qkdb"]
+
+
+def _simulated(root, name: str, *, seed: int, layers: int = 2, q_heads: int = 4, vectors: int = 400, d: int = 32):
+    from qkdb.ingest import simulate
+
+    return simulate(root / name, model=name, layers=layers, q_heads=q_heads, kv_heads=2, head_dim=d, vectors=vectors,
+                    seed=seed, workers=1)
+
+
+def _tables(home) -> dict[str, list]:
+    """Every versioned table's rows, in a fixed order; ``models.ingested_at`` (the publish time) left out."""
+    con = duckdb.connect()
+    out = {}
+    for name, table in TABLES.items():
+        if not table.versioned:
+            continue
+        cols = ", ".join(f'"{c.name}"' for c in table.columns if c.name != "ingested_at")
+        out[name] = con.sql(
+            f"select {cols} from read_parquet('{home}/{name}/*/*.parquet', hive_partitioning = true) order by all"
+        ).fetchall()
+    return out
+
+
+def _runs(home) -> list[tuple]:
+    con = duckdb.connect(str(home / "qk.duckdb"), read_only=True)
+    try:
+        return con.sql("select model, cluster, ray_version from ingest_runs order by model").fetchall()
+    finally:
+        con.close()
+
+
+def _nothing_of(home, model: str) -> None:
+    """No trace of ``model`` in the warehouse: no version, no table link, no run, no staging left over."""
+    assert not store.has_history(home, model)
+    assert not list(home.glob(f"*/model={model}"))
+    assert not list((home / store.STAGING).glob(f"{model}.*"))
+
+
+# -- without Ray ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["local", "auto", "10.1.2.3:6379", "head-0.ray:10001", "ray://head:10001"])
+def test_cluster_addresses_of_every_form_are_taken(address):
+    assert check_cluster_address(f" {address} ") == address
+
+
+@pytest.mark.parametrize("address", ["", "head", "head:", ":6379", "head:port", "head:70000", "ray://head",
+                                     "http://head:8265", "ray://head:1/x"])
+def test_other_cluster_addresses_are_refused_naming_the_forms(address):
+    with pytest.raises(InputError, match="give 'local', 'auto', HOST:PORT or ray://HOST:PORT"):
+        check_cluster_address(address)
+
+
+def test_a_missing_ray_is_one_line_naming_the_extra(tmp_path):
+    # `import ray` fails as it does where the extra is not installed (None in sys.modules).
+    ds = make_dataset(tmp_path / "ds")
+    code = "import sys; sys.modules['ray'] = None; from qkdb.__main__ import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "ingest", "--path", str(ds), "--model", "toy", "--family", "Toy", "--gqa-ratio",
+         "2", "--n-layers", "2", "--cluster", "local", "--home", str(tmp_path / "home")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == EXIT_CODES["system"]  # the machine lacks the extra; the command line is right
+    assert done.stderr.strip().splitlines() == [
+        "error: --cluster needs Ray (ray is missing): pip install 'qkdb[cluster]'"
+    ]
+    assert done.stdout == ""
+    assert not (tmp_path / "home").exists()
+
+
+def test_qkdb_never_imports_ray_unless_a_cluster_is_asked_for(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    code = (
+        "import sys, qkdb\n"
+        f"qkdb.ingest({str(ds)!r}, model='toy', family='Toy', gqa_ratio=2, n_layers=2, workers=1, home={str(tmp_path / 'h')!r})\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_several_paths_are_several_models_named_by_their_datasets(tmp_path):
+    a, b = _simulated(tmp_path, "sim-a", seed=1), _simulated(tmp_path, "sim-b", seed=2)
+    home = tmp_path / "home"
+    done = subprocess.run([*QKDB, "ingest", "--path", str(a), "--path", str(b), "-q", "-j", "1", "--home", str(home)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert store.ingested_models(home) == ["sim-a", "sim-b"]
+    assert [r[1:] for r in _runs(home)] == [(None, None), (None, None)]  # no cluster: nothing recorded
+    refused = subprocess.run([*QKDB, "ingest", "--path", str(a), "--path", str(b), "--model", "x", "--home", str(home)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    assert "--model goes with one --path" in refused.stderr
+
+
+def test_a_failed_model_among_several_paths_fails_alone_without_a_cluster(tmp_path):
+    a, b = _simulated(tmp_path, "sim-a", seed=1), _simulated(tmp_path, "sim-b", seed=2)
+    bad = next(iter(sorted(b.glob("l00h00q/data.parquet"))))
+    bad.write_bytes(b"not a parquet file")
+    home = tmp_path / "home"
+    done = subprocess.run([*QKDB, "ingest", "--path", str(a), "--path", str(b), "-q", "-j", "1", "--home", str(home)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == EXIT_CODES["input"]  # the first (only) failure's kind
+    assert str(bad) in done.stderr and "1 of 2 models failed" in done.stderr
+    assert store.ingested_models(home) == ["sim-a"]
+
+
+def test_a_workers_tables_travel_compressed_and_come_back_equal():
+    # What a task sends the driver: every table as a zstd Arrow stream. The points' NULL
+    # complement scores are most of a model's uncompressed bytes; packed they cost next to nothing.
+    import pyarrow as pa
+
+    from qkdb.warehouse import ArrowRows, pack_tables, unpack_tables
+
+    rows = ArrowRows()
+    n = 5000
+    rows.add(TABLES["points"], {"layer": 0, "head": 1, "idx": list(range(n)), "kind": ["q"] * n,
+                                "position": list(range(n)), "pc0": [0.5 * i for i in range(n)]})
+    tables = rows.tables()
+    packed = pack_tables(tables)
+    back = unpack_tables(packed)
+    assert back["points"].equals(tables["points"]) and back["points"].schema == TABLES["points"].arrow_schema
+    assert back["points"].column("c0").null_count == n
+    assert sum(map(len, packed.values())) < tables["points"].nbytes / 20
+    assert isinstance(packed["points"], bytes) and pa.ipc.open_stream(packed["points"]).schema == tables["points"].schema
+
+
+# -- on a real Ray head ----------------------------------------------------------------------------
+
+cluster = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    from helpers.ray_head import short_tmp, start_head
+
+    with short_tmp() as tmp:
+        head = start_head(tmp)
+        try:
+            yield head
+        finally:
+            head.stop()
+            assert head.processes() == [], "Ray processes were left running"
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    return [_simulated(root, f"sim-{i}", seed=i) for i in (1, 2, 3)]
+
+
+@pytest.fixture(scope="module")
+def local_tables(tmp_path_factory, datasets):
+    """The same datasets ingested on this machine, with the local pool: what the cluster must reproduce."""
+    home = tmp_path_factory.mktemp("local") / "home"
+    args = [a for ds in datasets for a in ("--path", str(ds))]
+    done = subprocess.run([*QKDB, "ingest", *args, "-q", "-j", "2", "--home", str(home)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return _tables(home)
+
+
+def _on_cluster(head, home, *args, timeout=300):
+    return subprocess.run([*QKDB, "ingest", *args, "--cluster", head.address, "-q", "--home", str(home)],
+                          capture_output=True, text=True, timeout=timeout, env=head.env)
+
+
+@cluster
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_unreachable_cluster_is_one_network_line_at_once(tmp_path, scheme):
+    from helpers.ray_head import free_port
+
+    address = f"{scheme}127.0.0.1:{free_port()}"  # nothing listens there
+    ds = make_dataset(tmp_path / "ds")
+    done = subprocess.run(
+        [*QKDB, "ingest", "--path", str(ds), "--cluster", address, "--home", str(tmp_path / "home")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == EXIT_CODES["network"]
+    assert done.stderr.strip().splitlines() == [f"error: cannot reach the Ray cluster at {address}: connection refused"]
+    assert not (tmp_path / "home").exists()
+
+
+@cluster
+def test_a_cluster_ingest_gives_the_tables_of_a_local_one(ray_head, datasets, local_tables, tmp_path):
+    import ray
+
+    home = tmp_path / "home"
+    done = _on_cluster(ray_head, home, *[a for ds in datasets for a in ("--path", str(ds))])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert sorted(line.split(":")[0] for line in done.stderr.splitlines() if line.startswith("ingested")) == [
+        "ingested sim-1", "ingested sim-2", "ingested sim-3"]
+    assert _tables(home) == local_tables
+    assert _runs(home) == [(f"sim-{i}", ray_head.address, ray.__version__) for i in (1, 2, 3)]
+    # The findings' intervals were computed for the batch, as after a local publish.
+    con = duckdb.connect(str(home / "qk.duckdb"), read_only=True)
+    assert con.sql("select count(*) from finding_intervals").fetchall()[0][0] > 0
+    con.close()
+
+    again = _on_cluster(ray_head, home, *[a for ds in datasets for a in ("--path", str(ds))])
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("already ingested from these files") == 3  # checked on the workers
+
+
+@cluster
+def test_the_api_through_the_ray_client(ray_head, datasets, local_tables, tmp_path):
+    home = tmp_path / "home"
+    code = (
+        "import qkdb\n"
+        f"r = qkdb.ingest({str(datasets[1])!r}, cluster={ray_head.client_address!r}, home={str(home)!r})\n"
+        "print(r.model, r.heads_done)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=ray_head.env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["sim-2", "8"]
+    assert {t: [r for r in rows if "sim-2" in r] for t, rows in _tables(home).items()} == {
+        t: [r for r in rows if "sim-2" in r] for t, rows in local_tables.items()}
+
+
+@cluster
+def test_a_damaged_model_fails_alone_naming_its_file(ray_head, tmp_path):
+    good = [_simulated(tmp_path, "good-1", seed=1), _simulated(tmp_path, "good-2", seed=2)]
+    damaged = _simulated(tmp_path, "damaged", seed=3)
+    bad = damaged / "l01h02q" / "data.parquet"
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # cut short, as by a failed copy
+    home = tmp_path / "home"
+    done = _on_cluster(ray_head, home, "--path", str(good[0]), "--path", str(damaged), "--path", str(good[1]))
+    assert done.returncode == EXIT_CODES["input"]  # a damaged dataset: bad input
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: damaged:")]
+    assert len(errors) == 1 and str(bad) in errors[0], done.stderr
+    assert "1 of 3 models failed: damaged" in done.stderr
+    assert store.ingested_models(home) == ["good-1", "good-2"]
+    _nothing_of(home, "damaged")
+
+
+def _killer(head, task: str, times: int, killed: list, stop: threading.Event) -> threading.Thread:
+    """Kill the worker running ``task`` each time one is seen, ``times`` times at most (SIGKILL: no clean-up)."""
+
+    def run():
+        while not stop.is_set() and len(killed) < times:
+            for p in head.task_processes(task):
+                try:
+                    p.kill()
+                    killed.append(p.pid)
+                except Exception:  # noqa: BLE001 - it ended by itself meanwhile
+                    pass
+            stop.wait(0.01)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _big(tmp_path, name):
+    # Large enough that its task runs for a few seconds: long enough to be killed mid-way.
+    return _simulated(tmp_path, name, seed=7, layers=4, q_heads=8, vectors=3000, d=64)
+
+
+@cluster
+def test_a_worker_killed_mid_task_is_retried_and_the_model_published_whole(ray_head, tmp_path):
+    big = _big(tmp_path, "big")
+    home = tmp_path / "home"
+    killed, stop = [], threading.Event()
+    thread = _killer(ray_head, "qkdb-ingest:", 1, killed, stop)
+    try:
+        done = _on_cluster(ray_head, home, "--path", str(big), "--workers", "1")
+    finally:
+        stop.set()
+        thread.join()
+    assert len(killed) == 1
+    assert done.returncode == 0, done.stderr
+    local = tmp_path / "local"
+    ref = subprocess.run([*QKDB, "ingest", "--path", str(big), "-q", "-j", "2", "--home", str(local)],
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    assert _tables(home) == _tables(local)
+
+
+@cluster
+def test_a_worker_lost_on_every_try_fails_its_model_cleanly(ray_head, tmp_path):
+    from qkdb.ingest.engine.cluster import RETRIES
+
+    big, small = _big(tmp_path, "big"), _simulated(tmp_path, "small", seed=4)
+    home = tmp_path / "home"
+    killed, stop = [], threading.Event()
+    # Only the big model's task: its name is its path until its worker reads the model's name.
+    thread = _killer(ray_head, f"qkdb-ingest:{big}", RETRIES + 1, killed, stop)
+    try:
+        done = _on_cluster(ray_head, home, "--path", str(big), "--path", str(small))
+    finally:
+        stop.set()
+        thread.join()
+    assert len(killed) == RETRIES + 1
+    assert done.returncode == EXIT_CODES["network"]  # the cluster lost it: worth another try later
+    assert f"error: {big}: " in done.stderr and f"worker lost after {RETRIES} retries" in done.stderr, done.stderr
+    assert store.ingested_models(home) == ["small"]
+    _nothing_of(home, "big")
+
+
+@cluster
+def test_cluster_local_starts_ray_here_and_leaves_nothing_running(tmp_path):
+    import psutil
+    import ray
+
+    from helpers.ray_head import LOOPBACK_ENV, short_tmp
+
+    ds = _simulated(tmp_path, "sim-l", seed=5)
+    home = tmp_path / "home"
+    with short_tmp() as ray_tmp:
+        env = {**os.environ, **LOOPBACK_ENV, "RAY_TMPDIR": str(ray_tmp)}
+        done = subprocess.run(
+            [*QKDB, "ingest", "--path", str(ds), "--cluster", "local", "-j", "2", "-q", "--home", str(home)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )
+        left = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if any(str(ray_tmp) in part for part in p.info["cmdline"] or ()):
+                    left.append(p)
+            except psutil.Error:
+                continue
+        for p in left:  # (a failure must not leave them running either)
+            p.kill()
+    assert done.returncode == 0, done.stderr
+    assert _runs(home) == [("sim-l", "local", ray.__version__)]
+    assert left == []
