@@ -39,7 +39,14 @@ class Figure:
 
     def build(self, con, **options) -> alt.TopLevelMixin:
         """The figure from ``con`` (see :func:`qkdb.charts.api.chart` for the options)."""
-        return self.function()(con, **options)
+        from qkdb.charts.data import Rows, named_datasets
+
+        with named_datasets() as rows:
+            built = self.function()(con, **options)
+        if rows:  # the rows join the spec once, at the top, after the composition copied only names
+            had = built._get("datasets")
+            built["datasets"] = {**(had if isinstance(had, dict) else {}), **{k: Rows(v) for k, v in rows.items()}}
+        return built
 
     def function(self) -> Callable[..., alt.TopLevelMixin]:
         # One figure's module per `qkdb chart`, not all twenty.
