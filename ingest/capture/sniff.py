@@ -103,7 +103,7 @@ class SniffOptions:
         that the text source exists and holds some text, and that the output can be written.
         """
         if (self.model_path is None) == (self.gguf is None):
-            raise SniffError("give exactly one of --model-path (a Hugging Face model folder) and --gguf (a GGUF file)")
+            raise SniffError("give exactly one of --model-path (a Hugging Face model folder) and --gguf (a GGUF file)", kind="usage")
         if self.model_path is not None:
             _check_model_folder(Path(self.model_path))
         if self.gguf is not None:

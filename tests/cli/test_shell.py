@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from helpers.processes import sigint_as_at_a_terminal
 from helpers.terminal import CTRL_A, CTRL_C, CTRL_J, CTRL_Q, ESCAPE, TAB, finish, spawn_qkdb
 
 from qkdb import api
@@ -161,7 +162,7 @@ def test_prompts_go_to_stderr_when_stdout_is_redirected(warehouse, tmp_path):
     child = pexpect.spawn(
         "/bin/sh", ["-c", f"{sys.executable} -m qkdb shell --home {warehouse} -f csv > {out}"],
         env={"NO_COLOR": "1", "TERM": "xterm", "INPUTRC": "/dev/null", "PATH": "/usr/bin:/bin"},
-        encoding="utf-8", timeout=60,
+        encoding="utf-8", timeout=60, preexec_fn=sigint_as_at_a_terminal,
     )
     child.expect_exact(PROMPT)  # on the terminal (stderr)
     child.send("select 42 as answer;\r")

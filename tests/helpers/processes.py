@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,15 @@ from pathlib import Path
 import duckdb
 
 FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
+
+
+def sigint_as_at_a_terminal() -> None:
+    """``preexec_fn`` for a child that must take Ctrl-C as a terminal's foreground job does.
+
+    A job started in the background by a non-interactive shell (``.ci/run &``, nohup) inherits
+    SIGINT *ignored*, and so would its children: Python then installs no KeyboardInterrupt handler.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _ingest_cmd(path, model, *extra, pause: str | None = None, seconds: float = 30.0):

@@ -8,6 +8,8 @@ import sys
 
 import pexpect
 
+from helpers.processes import sigint_as_at_a_terminal
+
 TAB, ESCAPE, CTRL_A, CTRL_C, CTRL_D, CTRL_J, CTRL_Q = "\t", "\x1b", "\x01", "\x03", "\x04", "\n", "\x11"
 
 
@@ -20,7 +22,8 @@ def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None,
     code = f"{prelude}\nfrom qkdb.__main__ import main\nmain()\n"
     full_env = {**os.environ, "NO_COLOR": "1", "TERM": "xterm", "INPUTRC": os.devnull, **(env or {})}
     child = pexpect.spawn(
-        sys.executable, ["-c", code, *args], env=full_env, encoding="utf-8", dimensions=(40, 200), timeout=timeout
+        sys.executable, ["-c", code, *args], env=full_env, encoding="utf-8", dimensions=(40, 200), timeout=timeout,
+        preexec_fn=sigint_as_at_a_terminal,
     )
     child.transcript = io.StringIO()
     child.logfile_read = child.transcript

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from qkdb.errors import SniffError
+from qkdb.errors import EXIT_CODES, SniffError
 from qkdb.ingest.capture import sampling, texts
 from qkdb.ingest.sources.layout import discover, read_head, read_metadata
 
@@ -168,14 +168,14 @@ def test_cli_sniff_writes_the_dataset(tiny_model, runner, tmp_path):
     assert meta["model"] == folder.name.lower() and meta["hf_model"] == folder.name
     assert meta["family"] == "llama"  # the config's type: Llama 3.1/3.2/SmolLM2 ... share it
     again = runner.invoke(app, args)
-    assert again.exit_code == 6 and "not empty" in again.output
+    assert again.exit_code == EXIT_CODES["input"] and "not empty" in again.output
     bad = runner.invoke(app, ["sniff", "--out", str(tmp_path / "x")])
-    assert bad.exit_code == 6 and "exactly one of --model-path" in bad.output
+    assert bad.exit_code == EXIT_CODES["usage"] and "exactly one of --model-path" in bad.output
     # bad inputs: one line naming the problem, before anything loads
-    for extra, message in ((["--model-path", str(tmp_path)], "no model here"),
-                           (["--model-path", str(folder), "--text", str(tmp_path / "gone.txt")], "no such text file")):
+    for extra, message, kind in ((["--model-path", str(tmp_path)], "no model here", "input"),
+                                 (["--model-path", str(folder), "--text", str(tmp_path / "gone.txt")], "no such text file", "not_found")):
         r = runner.invoke(app, ["sniff", "--out", str(tmp_path / "y"), *extra])
-        assert r.exit_code == 6 and message in r.output and "Traceback" not in r.output
+        assert r.exit_code == EXIT_CODES[kind] and message in r.output and "Traceback" not in r.output
         assert len(r.output.strip().splitlines()) == 1
     # a capture that keeps fewer vectors than asked says so
     short = runner.invoke(app, [*args[:4], str(tmp_path / "short"), *args[5:], "--texts", "1", "--max-length", "30"])

@@ -13,7 +13,7 @@ from qkdb.ingest.engine.runtime import die_with_parent
 from qkdb.warehouse import store
 
 from helpers.datasets import make_dataset
-from helpers.processes import FACTS, _snapshot, _wait_for
+from helpers.processes import FACTS, _snapshot, _wait_for, sigint_as_at_a_terminal
 
 psutil = pytest.importorskip("psutil")
 
@@ -54,7 +54,7 @@ def _start_ingest(tmp_path, entry: str, **popen):
     # stderr to a file, not a pipe: the helpers inherit it, and a pipe they kept open would hang
     # the test reading it instead of failing it.
     with open(tmp_path / "stderr", "w") as err:
-        proc = subprocess.Popen(cmd, stderr=err, **popen)
+        proc = subprocess.Popen(cmd, stderr=err, preexec_fn=sigint_as_at_a_terminal, **popen)
     return proc, home
 
 
