@@ -39,25 +39,6 @@ def format_of(path: str | os.PathLike) -> str:
     return fmt
 
 
-def warm_up(fmt: str) -> None:
-    """Start vl-convert's JavaScript runtime in the background (a quarter of a second) while the caller builds the figure.
-
-    Its first conversion in a process loads Vega and Vega-Lite; done on a thread, that overlaps
-    with the query and the Altair build instead of following them. Nothing to do for html/json.
-    """
-    if fmt not in ("png", "svg", "pdf"):
-        return
-    import threading
-
-    def start() -> None:
-        import vl_convert as vlc
-
-        with contextlib.suppress(Exception):  # only a head start: the real render reports any error
-            vlc.vegalite_to_svg({"mark": "point"}, vl_version=vl_version())
-
-    threading.Thread(target=start, name="qkdb-vl-convert-warm-up", daemon=True).start()
-
-
 def render(chart: alt.TopLevelMixin | dict, fmt: str, scale: float = DEFAULT_SCALE, title: str | None = None) -> bytes:
     """The figure in ``fmt`` as bytes."""
     import vl_convert as vlc

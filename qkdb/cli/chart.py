@@ -55,7 +55,6 @@ def chart(
     heads = None if not head else (head[0] if len(head) == 1 else head)
     models = None if not model else (model[0] if len(model) == 1 else model)
     con = open_warehouse(home)
-    render.warm_up(fmt)
     try:
         figure = build_chart(name, con, models=models, series=series, head=heads)
     finally:
