@@ -6,7 +6,7 @@
 -- can never disagree on which heads count. Scopes are the strings `findings` shows: 'overall'
 -- (the pooled models, see model_pool), a seed group or family, or a series span.
 -- stat: mean, share (x is 0/1), median, ratio_of_means (mean x / mean y), diff_of_means
--- (mean x - mean y), corr (Pearson of x, y), max, model_range_mean / model_range_share (the
+-- (mean x - mean y), corr (Pearson of x, y), max (among heads), exact_max (the same, for a per-head identity: no sampling), model_range_mean / model_range_share (the
 -- value is the pooled mean, the claim is about every model's own mean or share), lead (mean of
 -- the arm 1 group minus the largest mean of the arm 0 groups), and for series spans arm_diff,
 -- arm_ratio, arm_pct (mean at arm 1, the later checkpoint, against arm 0, the earlier one:
@@ -194,7 +194,7 @@ rows as (
     select '002.F3.b_above_a' as id, 'overall' as scope, 'share' as stat, m, m as c, u,
         (var_frac_b > var_frac_a)::int::double as x from pooled
     union all by name
-    select '002.lemma' as id, 'overall' as scope, 'max' as stat, m, m as c, u, residual_pos_r as x from pooled
+    select '002.lemma' as id, 'overall' as scope, 'exact_max' as stat, m, m as c, u, residual_pos_r as x from pooled
     union all by name
     select '002.F4.active_pairs' as id, 'overall' as scope, 'model_range_mean' as stat, model as m, model as c, u,
         active_share_of_pairs as x from rp where not coalesce(is_nope, false)

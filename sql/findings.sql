@@ -199,6 +199,7 @@ est as (
             when 'diff_of_means' then a.mean_x - a.mean_y
             when 'corr' then a.r
             when 'max' then a.max_x
+            when 'exact_max' then a.max_x
             when 'model_range_mean' then a.mean_x
             when 'model_range_share' then a.mean_x
             when 'lead' then l.value

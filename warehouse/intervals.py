@@ -175,7 +175,7 @@ def _from_sums(f: _Finding, S: dict[str, np.ndarray], W: np.ndarray) -> np.ndarr
         return _mean(S, "x")
     if f.stat == "median":
         return inference.weighted_median(W, f.cols["x"])
-    if f.stat == "max":
+    if f.stat in ("max", "exact_max"):
         x = f.cols["x"]
         return np.full(W.shape[0], np.nanmax(x) if np.isfinite(x).any() else np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -308,9 +308,14 @@ def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | No
     n = int(units.sum())
     if not math.isfinite(estimate):
         return _row(f, estimate, method="no value")
+    if f.stat == "exact_max":
+        # The drift lemma is an identity of each head's own float64 arithmetic, not a rate among
+        # heads: a head not sampled adds no uncertainty, so the value over the ingested heads is exact.
+        return _row(f, estimate, estimate, estimate,
+                    f"exact: the largest of {n} ingested heads (an identity of each head's arithmetic, no sampling)", n)
     if f.stat == "max":
-        # Both maxima the findings use are of correlations (|r| <= 1). Heads not sampled can only
-        # raise the largest value: what the sample shows is [observed, 1].
+        # A maximum of correlations (|r| <= 1) among heads: heads not sampled can only raise it,
+        # so what the sample shows is [observed, 1].
         return _row(f, estimate, estimate, max(estimate, 1.0),
                     f"the largest of {n} heads: the largest over all heads lies between it and 1", n)
     if f.stat.startswith("model_range"):
@@ -351,7 +356,7 @@ def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | No
 
 
 def _scope_rows(scope: _Scope) -> list[dict]:
-    boot = [f for f in scope.findings if f.stat != "max" and not f.stat.startswith("model_range")]
+    boot = [f for f in scope.findings if f.stat not in ("max", "exact_max") and not f.stat.startswith("model_range")]
     estimates = {f.id: float(v[0]) for f, v in zip(scope.findings, _Evaluator(scope.findings)(np.ones((1, scope.n))).values())}
     reps: dict[str, list[np.ndarray]] = {f.id: [] for f in boot}
     if boot:
