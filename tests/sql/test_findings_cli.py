@@ -217,6 +217,15 @@ def test_status_follows_the_interval(found):
     assert sign["accept_low"] == 0 and sign["criterion"] == "interval above 0.00"
 
 
+def test_the_lemma_interval_is_exact_so_its_verdict_follows_from_it(found):
+    # An identity of each head's arithmetic: no sampling, so the interval is the value itself and
+    # "value below lemma_max" is the interval's verdict too (not [value, 1], which it could not follow).
+    lemma = by_id(found, "002.lemma")
+    assert lemma["ci_low"] == lemma["ci_high"] == lemma["measured_value"]
+    assert lemma["ci_method"].startswith("exact:")
+    assert lemma["status"] == ("holds" if lemma["ci_high"] < lemma["accept_high"] else "does not hold")
+
+
 def test_margins_are_parameters_and_stale_intervals_are_not_used(seed_tables):
     c = make_connection(seed_tables)
     q = "select status, ci_method from findings where id = '003.F4.position_dominated'"
