@@ -127,7 +127,8 @@ def ingest(
         (result,) = ingest_many([(path, model)], options=options, source=source, home=home, progress=progress,
                                 cluster=cluster)
         if isinstance(result, pipeline.ModelFailure):
-            raise result.error
+            error = result.error
+            raise type(error)(f"{result.model}: {error}", kind=error.kind) from error
         return result
     return pipeline.run(
         Path(path) if path is not None else None, model, options, kind=source,

@@ -296,8 +296,8 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
             for outcome in outcomes:
                 result = outcome.value
                 if outcome.error is not None:
-                    result = ModelFailure(outcome.call.label,
-                                          ClusterError(f"{outcome.call.label}: {outcome.error}", kind=outcome.kind))
+                    # (the model's name is ModelFailure.model: the CLI puts it before the message)
+                    result = ModelFailure(outcome.call.label, ClusterError(outcome.error, kind=outcome.kind))
                 timing = {}
                 if isinstance(result, _Computed):
                     received = sum(len(data) for data in (result.tables or {}).values())
@@ -306,10 +306,13 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
                     timing = {"worker_seconds": result.seconds, "model_bytes_read": result.bytes_read,
                               "model_bytes_received": received}
                     t0 = time.perf_counter()
+                    model = result.job.spec.model
                     try:
                         result = _publish_computed(result, home, cluster, progress)
                     except QkdbError as exc:
-                        result = ModelFailure(result.job.spec.model, exc)
+                        result = ModelFailure(model, exc)
+                    except OSError as exc:  # a full disk: this model fails, those published stay reported
+                        result = ModelFailure(model, from_os_error(exc, f"publishing {model}"))
                     timing["publish_seconds"] = time.perf_counter() - t0
                 out.append(result)
                 counts["failed" if isinstance(result, ModelFailure) else "done"] += 1

@@ -164,12 +164,15 @@ class RayCluster:
             kind = "system" if type(exc).__name__ == "OutOfMemoryError" else "network"
             return ClusterOutcome(call, error=f"worker lost after {retries} retries ({type(exc).__name__}: "
                                               f"{_first_line(exc)})", kind=kind)
-        except exceptions.TaskCancelledError:
-            return ClusterOutcome(call, error="cancelled", kind="network")
         except exceptions.RayTaskError as exc:
             # The function raised something it does not turn into a result: a bug, shown as such.
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             return ClusterOutcome(call, error=f"failed on its worker: {type(cause).__name__}: {_first_line(cause)}")
+        except exceptions.RayError as exc:
+            # Anything else the cluster reports (a runtime environment that cannot be set up, a full
+            # object store or disk, cancelled tasks): this model fails, the others go on.
+            return ClusterOutcome(call, error=f"the cluster could not run it ({type(exc).__name__}: {_first_line(exc)})",
+                                  kind="system")
 
 
 def _probe(address: str, timeout: float = PROBE_SECONDS) -> None:

@@ -16,13 +16,9 @@ DEBUG = "qkdb.debug"  # key in click's ctx.meta (shared by a context and its chi
 def _debug_enabled(ctx: typer.Context | None) -> bool:
     if os.environ.get("QKDB_DEBUG"):
         return True
-    if ctx is not None and ctx.meta.get(DEBUG):
-        return True
-    while ctx is not None:
-        if ctx.obj and ctx.obj.get("debug"):
-            return True
-        ctx = ctx.parent
-    return False
+    # parse_args takes --debug off the line wherever it is and notes it here (ctx.meta is shared by
+    # every context of one invocation).
+    return ctx is not None and bool(ctx.meta.get(DEBUG))
 
 
 def _from_the_framework(exc: BaseException) -> bool:
@@ -122,10 +118,10 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    ctx: typer.Context,
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    # Listed for --help only: QkdbGroup.parse_args has already taken it off the line.
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.", expose_value=False),
 ) -> None:
-    ctx.obj = {"debug": debug}
+    pass
 
 
 # Every command in the order `qkdb --help` lists them: the module that defines it (each module

@@ -56,22 +56,31 @@ def home_dir(home: Path | None) -> Path:
     return where
 
 
-def open_warehouse(home: Path | None, *, need_models: bool = True):
-    """A read-only connection for a reading command; one line saying what to do when there is nothing to read.
+def check_warehouse(home: Path | None, *, need_models: bool = True) -> Path:
+    """The warehouse home a reading command was given, checked without connecting; one line saying what to do when there is nothing to read.
 
-    A missing home is never created, and an empty one (no model ingested) is an error for the
-    commands that read models (``need_models``), with the commands that would fill it and, when
-    ``qkdb demo`` has run, where its sample is.
+    A missing home, or a folder that holds neither a catalog nor a model, is "no warehouse" (and is
+    never created); one without a model is an error for the commands that read models
+    (``need_models``). The message names the commands that would fill it and, when ``qkdb demo``
+    has run, where its sample is.
     """
-    from qkdb import api, warehouse
+    from qkdb import warehouse
     from qkdb.errors import WarehouseError
 
     where = home_dir(home)
     models = warehouse.ingested_models(where) if where.is_dir() else []
-    if not models and (need_models or not where.is_dir()):
-        said = f"no warehouse at {where}" if not where.is_dir() else f"the warehouse at {where} holds no model yet"
+    exists = bool(models) or warehouse.catalog_path(where).is_file()
+    if not exists or (need_models and not models):
+        said = f"no warehouse at {where}" if not exists else f"the warehouse at {where} holds no model yet"
         raise WarehouseError(f"{said}; {_fill_hint(where)}", kind="not_found")
-    return api.connect(where, read_only=True)
+    return where
+
+
+def open_warehouse(home: Path | None, *, need_models: bool = True):
+    """A read-only connection for a reading command (see :func:`check_warehouse`)."""
+    from qkdb import api
+
+    return api.connect(check_warehouse(home, need_models=need_models), read_only=True)
 
 
 def _fill_hint(where: Path) -> str:

@@ -9,7 +9,7 @@ import typer
 
 from qkdb import api
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, home_dir, note, open_warehouse
+from qkdb.cli.common import HomeOption, check_warehouse, home_dir, note
 from qkdb.cli.output import Format, write_table
 
 
@@ -29,7 +29,7 @@ def models(
 
     where = home_dir(home)
     if ingested:
-        open_warehouse(home).close()  # says what to do when nothing is ingested
+        check_warehouse(home)  # says what to do when nothing is ingested
     elif not warehouse.ingested_models(where):
         note(f"no model ingested in {where} yet: every row below is what `qkdb ingest --model NAME` can fetch")
     table = api.models_overview(where)

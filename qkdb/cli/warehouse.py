@@ -10,7 +10,7 @@ from rich.table import Table
 
 from qkdb import api
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, note, open_warehouse, out_console
+from qkdb.cli.common import HomeOption, check_warehouse, note, out_console
 from qkdb.cli.output import Format, write_table
 
 
@@ -29,7 +29,7 @@ def info(
     home: HomeOption = None,
 ) -> None:
     """Warehouse home, catalog path, table sizes, ingested models and library versions."""
-    open_warehouse(home, need_models=False).close()  # a missing home is an error, never created
+    check_warehouse(home, need_models=False)  # a missing home is an error, never created
     facts = api.info(home)
     if json_out or Format(format) is Format.json:
         typer.echo(json.dumps(facts, indent=2))
@@ -61,7 +61,7 @@ def remove(
     home: HomeOption = None,
 ) -> None:
     """Remove models from the warehouse (every table at once)."""
-    open_warehouse(home).close()  # a missing or empty warehouse says so (and is not created)
+    check_warehouse(home)  # a missing or empty warehouse says so (and is not created)
     missing = []
     for m in model:
         if api.remove(m, home):

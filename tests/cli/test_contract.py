@@ -165,3 +165,21 @@ def test_an_unknown_model_is_not_sent_to_ingest(runner, places, tmp_path):
     assert "nosuch" in result.stderr and "ingest --model nosuch" not in result.stderr
     for words in _suggestions(result.stderr):
         assert words[0] in COMMANDS
+
+
+def test_an_empty_folder_is_no_warehouse_and_an_empty_warehouse_can_be_described(runner, tmp_path):
+    import qkdb
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for args in (["info"], ["describe", "heads"], ["findings"]):
+        result = runner.invoke(app, [*args, "--home", str(folder)])
+        assert result.exit_code == EXIT_CODES["not_found"], args
+        assert result.stderr.startswith(f"error: no warehouse at {folder}; ") and "qkdb ingest" in result.stderr
+    assert list(folder.iterdir()) == []  # and nothing was created in it
+    empty = tmp_path / "empty"
+    qkdb.connect(empty, read_only=False).close()  # a catalog, no model
+    for args in (["info"], ["describe", "heads"]):
+        assert runner.invoke(app, [*args, "--home", str(empty)]).exit_code == 0, args
+    result = runner.invoke(app, ["findings", "--home", str(empty)])
+    assert result.exit_code == EXIT_CODES["not_found"] and "holds no model yet" in result.stderr
