@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[..., None]
 
-__all__ = ["IngestResult", "ModelFailure", "chart", "connect", "ensure_intervals", "info", "ingest", "ingest_many",
+__all__ = ["IngestResult", "ModelFailure", "chart", "connect", "ensure_intervals", "info", "ingest", "ingest_many", "refresh_findings",
            "models_overview", "remove", "version"]
 
 
@@ -70,6 +70,7 @@ def ingest(
     home: str | os.PathLike | None = None,
     progress: Progress | None = None,
     cluster: str | None = None,
+    refresh_findings: bool = True,
     **option_values,
 ) -> IngestResult:
     """Compute every metric of a sniffed-qk dataset and publish it to the warehouse as one model.
@@ -101,6 +102,10 @@ def ingest(
         Compute the model on a Ray cluster (extra ``cluster``): ``'local'`` (a Ray instance started
         in this process), ``'auto'``, ``'HOST:PORT'`` or ``'ray://HOST:PORT'``; the warehouse stays
         here. A ``path`` must exist on the worker's node. See :func:`ingest_many` and docs/cluster.md.
+    refresh_findings : bool, default True
+        Recompute the findings' intervals after the publish (seconds on a large warehouse). A batch
+        of ingests passes False and calls :func:`refresh_findings` once at its end, as
+        :func:`ingest_many` does; until then the findings read the old intervals as out of date.
 
     Returns
     -------
@@ -132,7 +137,7 @@ def ingest(
         return result
     return pipeline.run(
         Path(path) if path is not None else None, model, options, kind=source,
-        home=warehouse.resolve_home(home), progress=progress,
+        home=warehouse.resolve_home(home), progress=progress, refresh=refresh_findings,
     )
 
 
@@ -187,10 +192,27 @@ def ingest_many(
     out: list = []
     for p, m in targets:
         try:
-            out.append(ingest(p, m, options=options, source=source, home=home, progress=progress))
+            out.append(ingest(p, m, options=options, source=source, home=home, progress=progress, refresh_findings=False))
         except QkdbError as exc:
             out.append(pipeline.ModelFailure(m or str(p), exc))
+    published = [r for r in out if isinstance(r, pipeline.IngestResult) and not r.unchanged]
+    if published:
+        notes = refresh_findings(home)  # once for the batch, not once per model
+        for r in published:
+            r.notes.extend(notes)
     return out
+
+
+def refresh_findings(home: str | os.PathLike | None = None) -> list[str]:
+    """Recompute the findings' intervals and stored rows for the warehouse as it is now.
+
+    Every ingest and removal does it; call it after ingests made with ``refresh_findings=False``.
+    Returns notes (empty when done; else why it could not be, the findings then recompute the
+    intervals when they are next read).
+    """
+    from qkdb.pipeline import refresh_intervals
+
+    return refresh_intervals(warehouse.resolve_home(home))
 
 
 def remove(model: str, home: str | os.PathLike | None = None, wait: float = 0.0) -> bool:

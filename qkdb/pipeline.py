@@ -102,7 +102,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
 
 
 def run(path: Path | None, name: str | None, options, *, kind: str | None, home: Path,
-        progress: Progress | None) -> IngestResult:
+        progress: Progress | None, refresh: bool = True) -> IngestResult:
     """Plan, check and run one ingest on this machine (see :func:`qkdb.api.ingest`)."""
     job = _plan(path, name, options, kind=kind, home=None, workers=options.workers or default_workers())
     job.home = warehouse.ensure_writable(home)
@@ -111,7 +111,7 @@ def run(path: Path | None, name: str | None, options, *, kind: str | None, home:
         return IngestResult(job.spec.model, job.home, previous["run_id"], 0, 0, unchanged=True)
     if progress is not None:
         job.source.report_to(progress, model=job.spec.model)
-    return _publish(job, progress or (lambda *a, **k: None))
+    return _publish(job, progress or (lambda *a, **k: None), refresh)
 
 
 def _last_fingerprint(home: Path, model: str) -> str | None:
@@ -122,7 +122,7 @@ def _last_fingerprint(home: Path, model: str) -> str | None:
     return json.loads(previous["parameters"]).get("fingerprint") if previous else None
 
 
-def _publish(job: _Run, progress: Progress) -> IngestResult:
+def _publish(job: _Run, progress: Progress, refresh: bool = True) -> IngestResult:
     """Run the source's groups (yielded as their files arrive) through the engine and publish the model atomically."""
     store, spec, options = warehouse.store, job.spec, job.options
     planned = job.source.planned  # fixes the collage sample before any group arrives
@@ -139,8 +139,9 @@ def _publish(job: _Run, progress: Progress) -> IngestResult:
         staged = _stage_heads(job, outcomes, staging, progress)
         run_id = _commit(job, staging, staged, progress)
         staging = None
-        progress("intervals", model=spec.model)
-        job.notes.extend(refresh_intervals(job.home))
+        if refresh:  # (a batch refreshes once at its end)
+            progress("intervals", model=spec.model)
+            job.notes.extend(refresh_intervals(job.home))
         progress("done", model=spec.model, heads=staged.done, skipped=len(staged.skipped))
         return _result(job, run_id, staged)
     finally:

@@ -110,19 +110,27 @@ def ingest(
         return
     # Several models (--series, --all, several --path): one failure is reported and the others go
     # on, unless the Hub cannot be reached at all: then once, with the models left undone.
-    failed = []
-    for i, (target_path, name) in enumerate(targets):
-        label = name or str(target_path)
-        try:
-            with ingest_progress(quiet) as progress:
-                result = api.ingest(target_path, name, options=options, home=home, progress=progress)
-            _report(result)
-        except QkdbError as exc:
-            if exc.kind == "network":
-                undone = [n for n, _ in failed] + [m or str(p) for p, m in targets[i:]]
-                raise HubError(f"{exc}; not ingested: {', '.join(undone)}", kind="network") from None
-            note(f"error: {label}: {exc}")
-            failed.append((label, exc))
+    # The findings' intervals are recomputed once, after the last model (also when one fails).
+    failed, published = [], False
+    try:
+        for i, (target_path, name) in enumerate(targets):
+            label = name or str(target_path)
+            try:
+                with ingest_progress(quiet) as progress:
+                    result = api.ingest(target_path, name, options=options, home=home, progress=progress,
+                                        refresh_findings=False)
+                _report(result)
+                published = published or not result.unchanged
+            except QkdbError as exc:
+                if exc.kind == "network":
+                    undone = [n for n, _ in failed] + [m or str(p) for p, m in targets[i:]]
+                    raise HubError(f"{exc}; not ingested: {', '.join(undone)}", kind="network") from None
+                note(f"error: {label}: {exc}")
+                failed.append((label, exc))
+    finally:
+        if published:
+            for line in api.refresh_findings(home):
+                note(f"note: {line}")
     _fail_if(failed, len(targets))
 
 

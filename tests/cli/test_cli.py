@@ -219,3 +219,31 @@ def test_help_and_a_query_load_neither_numpy_nor_pyarrow_and_a_query_no_other_co
         loaded[args[0]] = out.stderr.strip().splitlines()[-1]
     # Help lists the commands without loading them; a query loads its own module only.
     assert loaded == {"--help": "[]", "query": "[]"}, loaded
+
+
+def test_several_models_refresh_the_findings_once_and_leave_them_current(runner, tmp_path, monkeypatch):
+    import qkdb
+    from qkdb import pipeline, warehouse
+    from helpers.datasets import make_dataset
+
+    calls = []
+    real = pipeline.refresh_intervals
+    monkeypatch.setattr(pipeline, "refresh_intervals", lambda home: calls.append(home) or real(home))
+    from qkdb.ingest.sources.layout import write_metadata
+
+    a, b = make_dataset(tmp_path / "a", n=300), make_dataset(tmp_path / "b", n=300, seed=1)
+    write_metadata(a, {"model": "a"})
+    write_metadata(b, {"model": "b"})
+    home = tmp_path / "home"
+    result = runner.invoke(app, ["ingest", "--path", str(a), "--path", str(b), *FACTS, "-q", "-j", "1", "--home", str(home)])
+    assert result.exit_code == 0, result.stderr
+    assert calls == [home]  # once for the two models, not once each
+    con = qkdb.connect(home)
+    try:
+        assert len(con.execute("select model from models").fetchall()) == 2
+        assert warehouse.intervals_current(con)
+    finally:
+        con.close()
+    calls.clear()
+    results = qkdb.api.ingest_many([(a, "a2"), (b, "b2")], home=home, workers=1, **{"family": "Toy", "gqa_ratio": 2, "n_layers": 2})
+    assert len(results) == 2 and calls == [home]
