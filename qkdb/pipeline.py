@@ -78,8 +78,9 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
           workers: int) -> _Run:
     """Resolve the facts, check them, open the source and fingerprint what it holds (where the data is read)."""
     started, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    if path is not None:
-        discover(path)  # a missing or empty dataset is the problem to report, before any model facts
+    # A missing or empty dataset is the problem to report, before any model facts (and the walk is
+    # done once: the source plans from it).
+    found = discover(path) if path is not None else None
     metadata = read_metadata(path) if path is not None else {}
     spec = resolve_spec(name, metadata, **options.facts())
     warehouse.store.check_model_name(spec.model)
@@ -94,7 +95,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     tune_ingest_process(workers)
     source = open_source(
         spec, HeadSelection.parse(options.heads), path=path, repo=options.repo, revision=options.revision,
-        endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token,
+        endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token, discovery=found,
     )
     fp = fingerprint(source.fingerprint(), spec, options)
     notes = [f"ignored folder {p}" for p in source.ignored] + spec_notes(spec, options.complement)

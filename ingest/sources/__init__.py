@@ -57,12 +57,16 @@ def open_source(
     endpoint: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
+    discovery=None,
 ) -> Source:
-    """A local folder when ``path`` is given, else the model's branch of a Hub dataset (listed now, downloaded later)."""
+    """A local folder when ``path`` is given, else the model's branch of a Hub dataset (listed now, downloaded later).
+
+    ``discovery`` is ``path``'s :func:`~qkdb.ingest.sources.layout.discover` when the caller has it already.
+    """
     if path is not None:
         from qkdb.ingest.sources.local import open_local
 
-        return open_local(path, spec, selection)
+        return open_local(path, spec, selection, discovery=discovery)
     from qkdb.ingest.sources import hub
 
     return hub.open_source(repo, revision, spec, selection, endpoint=endpoint, cache_dir=cache_dir, token=token)

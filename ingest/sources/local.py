@@ -52,10 +52,11 @@ class LocalSource:
         """Nothing to report: the files are already here."""
 
 
-def open_local(root: str | os.PathLike, spec: ModelSpec, selection: HeadSelection | None = None) -> LocalSource:
-    """Discover a local dataset and plan the ingest of the selected heads (:class:`InputError` when it cannot)."""
+def open_local(root: str | os.PathLike, spec: ModelSpec, selection: HeadSelection | None = None, *,
+               discovery=None) -> LocalSource:
+    """Discover a local dataset (unless ``discovery`` is its discovery already) and plan the ingest of the selected heads (:class:`InputError` when it cannot)."""
     root = Path(root)
-    discovery = discover(root)
+    discovery = discovery if discovery is not None else discover(root)
     producer = read_metadata(root).get("source") if root.is_dir() else None
     return LocalSource(
         root, plan_groups(discovery, spec.gqa_ratio, selection), discovery.ignored,
