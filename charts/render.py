@@ -72,14 +72,18 @@ def _title_text(spec: dict) -> str:
     return str(t) if t else "qkdb figure"
 
 
+def check_output(path: str | os.PathLike) -> Path:
+    """``path`` when its folder exists; a "not found" error naming both otherwise (said before any work)."""
+    path = Path(path)
+    if path.parent and not path.parent.is_dir():
+        raise ChartError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist", kind="not_found")
+    return path
+
+
 def save(chart: alt.TopLevelMixin | dict, path: str | os.PathLike, scale: float = DEFAULT_SCALE) -> Path:
     """Write the figure to ``path``; the extension picks the format."""
-    path = Path(path)
-    fmt = format_of(path)
-    # Before the render (seconds): a figure that cannot be written is not worth drawing.
-    if path.parent and not path.parent.exists():
-        raise ChartError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist", kind="not_found")
-    data = render(chart, fmt, scale=scale)
+    path = check_output(path)  # before the render (seconds): a figure that cannot be written is not worth drawing
+    data = render(chart, format_of(path), scale=scale)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)

@@ -51,7 +51,7 @@ def chart(
     from qkdb.charts import chart as build_chart
     from qkdb.charts import render
 
-    fmt = render.format_of(output) if output else "json"
+    fmt = render.format_of(render.check_output(output)) if output else "json"  # before the queries
     heads = None if not head else (head[0] if len(head) == 1 else head)
     models = None if not model else (model[0] if len(model) == 1 else model)
     con = open_warehouse(home)
@@ -82,8 +82,10 @@ def report(
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
-    if output is not None and not output.parent.exists():  # said before the figures are built, not after
-        raise ChartError(f"cannot write {str(output)!r}: folder {str(output.parent)!r} does not exist", kind="not_found")
+    if output is not None:
+        from qkdb.charts import render
+
+        render.check_output(output)  # said before the figures are built, not after
     con = open_warehouse(home)
     try:
         findings_from = warehouse.findings_source(con)

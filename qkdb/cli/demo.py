@@ -18,7 +18,6 @@ import typer
 
 from qkdb.cli.app import app
 from qkdb.cli.common import demo_home_default, err
-from qkdb.errors import ChartError
 
 
 
@@ -102,9 +101,9 @@ def _write_report(home: Path, path: Path) -> Path | None:
         return None
     from qkdb import api
 
-    path = path.expanduser().resolve()
-    if not path.parent.is_dir():
-        raise ChartError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist", kind="not_found")
+    from qkdb.charts import render
+
+    path = render.check_output(path.expanduser().resolve())
     con = api.connect(home, read_only=True)
     try:
         with err.status("writing the report"):
