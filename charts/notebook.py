@@ -80,7 +80,9 @@ def renderer(spec: dict, embed_options: dict | None = None, **_metadata) -> dict
         f'<script type="application/json" id="{uid}-spec">{_spec_json(spec)}</script>',
         f'<script type="text/javascript">{script}</script>',
     ])
-    title = _title(spec)
+    from qkdb.charts.render import title_text
+
+    title = title_text(spec, default="")
     return {"text/html": body, "text/plain": f"<qkdb chart{label}" + (f": {title}" if title else "") + ">"}
 
 
@@ -102,11 +104,3 @@ def _finite(value):
         return [_finite(v) for v in value]
     return value
 
-
-def _title(spec: dict) -> str:
-    title = spec.get("title")
-    if isinstance(title, dict):
-        title = title.get("text")
-    if isinstance(title, list):
-        title = " ".join(t for t in title if isinstance(t, str))
-    return title if isinstance(title, str) else ""

@@ -57,19 +57,20 @@ def render(chart: alt.TopLevelMixin | dict, fmt: str, scale: float = DEFAULT_SCA
     if fmt == "html":
         from qkdb.charts.report import figure_page
 
-        return figure_page(spec, title=title or _title_text(spec)).encode()
+        return figure_page(spec, title=title or title_text(spec)).encode()
     if fmt == "json":
         return (json.dumps(spec, indent=2, allow_nan=False) + "\n").encode()
     raise ChartError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def _title_text(spec: dict) -> str:
+def title_text(spec: dict, default: str = "qkdb figure") -> str:
+    """A spec's title as one line of text (a title object's text, a list's lines joined), else ``default``."""
     t = spec.get("title")
     if isinstance(t, dict):
         t = t.get("text")
     if isinstance(t, list):
-        t = " ".join(t)
-    return str(t) if t else "qkdb figure"
+        t = " ".join(x for x in t if isinstance(x, str))
+    return t if isinstance(t, str) and t else default
 
 
 def check_output(path: str | os.PathLike) -> Path:
