@@ -272,9 +272,10 @@ simpson as (
             f.value is not null and not (
                 (o.ci_low > 0 and f.ci_low >= 0) or (o.ci_high < 0 and f.ci_high <= 0)
             ))::double as ci_high,
+        -- Ordered: without it the families come in whatever order DuckDB's threads finish.
         coalesce(
             string_agg(printf('%s (r = %.2f [%.2f, %.2f] vs %+.2f pooled)', replace(f.scope, 'family ', ''),
-                              f.value, f.ci_low, f.ci_high, o.r), ', ')
+                              f.value, f.ci_low, f.ci_high, o.r), ', ' order by f.scope)
                 filter (where sign(f.value) * sign(o.r) < 0),
             'none') as text,
         'families whose within-family interval excludes 0 opposite the pooled r (whose own interval excludes 0): '
