@@ -14,15 +14,27 @@ from __future__ import annotations
 import datetime as dt
 import html
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import duckdb
-
 from qkdb.charts import claims, registry, style
 from qkdb.charts.caption import text_of
 from qkdb.charts.data import ingested, resolve_models, rows, single_threaded
 from qkdb.charts.explorer import shared as explorer_shared
-from qkdb.charts.report_html import STATUSES, DataStore, esc, figure_page, page, status_class, verdict
+from qkdb.charts.report_html import (
+    STATUSES,
+    DataStore,
+    esc,
+    figure_page,
+    page,
+    status_class,
+    verdict,
+)
+
 from qkdb.errors import ChartError
+
+if TYPE_CHECKING:
+    from qkdb.charts.report_split import Helper
 
 __all__ = ["Report", "build_report", "figure_page"]
 
@@ -109,13 +121,31 @@ def _split_title(spec: dict) -> tuple[dict, str, list[str]]:
     return spec, text, sub
 
 
+@dataclass(frozen=True)
+class Made:
+    """One figure job's outcome: its spec (title still in it), or why the data cannot support it."""
+
+    spec: dict | None = None
+    error: str | None = None
+
+
+def make_figure(con: duckdb.DuckDBPyConnection, fig: registry.Figure, opts: dict) -> Made:
+    """Build one figure job's spec (:func:`build_report` and the report's second process call it)."""
+    from qkdb.charts.api import chart
+
+    try:
+        built = chart(fig.name, con, **opts, **({"interactive": True} if fig.interactive else {}))
+        # Not validated against the schema here (a third of the build time): the test-suite
+        # validates every figure's spec, static and interactive.
+        return Made(spec=built.to_dict(validate=False))
+    except ChartError as exc:
+        return Made(error=str(exc))
+
+
 class _Figures:
-    """Builds the page's figures and keeps their specs (data in one store)."""
+    """The page's figures in page order, their specs (data in one store) and what was not shown."""
 
-    def __init__(self, con, progress):
-        from qkdb.charts.api import chart
-
-        self.con, self.chart, self.progress = con, chart, progress
+    def __init__(self):
         self.store = DataStore()
         self.specs: dict[str, dict] = {}
         self.drawn: list[Drawn] = []
@@ -127,24 +157,15 @@ class _Figures:
         self.specs[spec_id] = self.store.take(spec)
         return spec_id
 
-    def build(self, group: claims.ClaimGroup, fig: registry.Figure, opts: dict, context: str) -> Drawn | None:
-        label = fig.name + (f" ({context})" if context else "")
-        try:
-            built = self.chart(fig.name, self.con, **opts, **({"interactive": True} if fig.interactive else {}))
-            # Not validated against the schema here (a third of the build time): the test-suite
-            # validates every figure's spec, static and interactive.
-            spec = built.to_dict(validate=False)
-        except ChartError as exc:
-            self.missing.append((label, str(exc)))
-            self.missing_by_group.setdefault(group.key, []).append((fig.name, context, str(exc)))
-            if self.progress:
-                self.progress(label, False)
+    def record(self, group: claims.ClaimGroup, fig: registry.Figure, context: str, made: Made) -> Drawn | None:
+        if made.spec is None:
+            label = fig.name + (f" ({context})" if context else "")
+            self.missing.append((label, made.error or ""))
+            self.missing_by_group.setdefault(group.key, []).append((fig.name, context, made.error or ""))
             return None
-        spec, title, sub = _split_title(spec)
+        spec, title, sub = _split_title(made.spec)
         drawn = Drawn(len(self.drawn) + 1, fig, context, self.add(spec), title, sub, text_of(spec))
         self.drawn.append(drawn)
-        if self.progress:
-            self.progress(label, True)
         return drawn
 
     def front(self) -> list[Drawn]:
@@ -339,6 +360,36 @@ def _ingested(con: duckdb.DuckDBPyConnection, infos) -> tuple[str, str]:
     return f'<p class="lead">{"".join(parts)}</p>', "\n".join(table)
 
 
+def _label(job) -> str:
+    fig, _, context = job
+    return fig.name + (f" ({context})" if context else "")
+
+
+def _make_all(con, jobs: list, progress, helper: Helper | None) -> list[Made]:
+    """Every job's outcome, in job order: this process's share, then the helper's (or, failing it, built here)."""
+    theirs = helper.share(jobs) if helper is not None else set()
+    made: list[Made | None] = [None] * len(jobs)
+
+    def here(i: int) -> None:
+        made[i] = make_figure(con, jobs[i][0], jobs[i][1])
+        if progress:
+            progress(_label(jobs[i]), made[i].spec is not None)
+
+    with explorer_shared(), single_threaded(con):
+        for i in range(len(jobs)):
+            if i not in theirs:
+                here(i)
+        got = helper.results([_label(j) for j in jobs]) if theirs else {}
+        for i in sorted(theirs):
+            if i in got:
+                made[i] = got[i]
+                if progress:
+                    progress(_label(jobs[i]), got[i].spec is not None)
+            else:  # the helper failed or saw other data: built here, as without it
+                here(i)
+    return made
+
+
 def build_report(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -347,11 +398,14 @@ def build_report(
     title: str = "qkdb report",
     progress=None,
     findings_from: str = "findings",
+    helper: Helper | None = None,
 ) -> Report:
     """The report page and what it shows; ``progress(name, ok)`` is called after each figure.
 
     ``findings_from`` is what the findings rows are selected from: the ``findings`` view, or the
     rows stored at publish while they match the data (``qkdb.warehouse.findings_source``).
+    ``helper`` is a second process building a share of the figures (:mod:`qkdb.charts.report_split`);
+    the page is the same, byte for byte, with or without it.
     """
     from qkdb._version import version
 
@@ -367,12 +421,13 @@ def build_report(
     findings = report.findings
 
     jobs = _jobs(con, models, series)
-    figs = _Figures(con, progress)
+    made = _make_all(con, jobs, progress, helper)
+    figs = _Figures()
     by_group: dict[str, list[Drawn]] = {}
-    with explorer_shared(), single_threaded(con):
-        for group in claims.GROUPS:
-            for fig, opts, context in (j for j in jobs if j[0].name in group.figures):
-                d = figs.build(group, fig, opts, context)
+    for group in claims.GROUPS:
+        for i, (fig, _, context) in enumerate(jobs):
+            if fig.name in group.figures:
+                d = figs.record(group, fig, context, made[i])
                 if d is not None:
                     by_group.setdefault(group.key, []).append(d)
     # Figures are numbered in page order: sections follow claims.GROUPS, as the jobs do.

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, open_warehouse
+from qkdb.cli.common import HomeOption, check_warehouse, open_warehouse
 from qkdb.errors import ChartError
 
 ModelOption = Annotated[
@@ -67,6 +67,26 @@ def chart(
     typer.echo(f"wrote {output} ({fmt}, {time.perf_counter() - t0:.1f} s)", err=True)
 
 
+def _report_connection(home):
+    """The report's connection, where the findings come from, and whether their intervals were recomputed.
+
+    The warehouse read-only, with current intervals and its base views snapshotted: every figure
+    reads the same few base views, computed once, from memory after that.
+    """
+    from qkdb import warehouse
+    from qkdb.api import ensure_intervals
+
+    con = open_warehouse(home)
+    try:
+        findings_from = warehouse.findings_source(con)
+        recomputed = findings_from == "findings" and ensure_intervals(con)
+        warehouse.snapshot(con)
+    except BaseException:
+        con.close()
+        raise
+    return con, findings_from, recomputed
+
+
 @app.command()
 def report(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write; default: stdout.")] = None,
@@ -76,9 +96,7 @@ def report(
     home: HomeOption = None,
 ) -> None:
     """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
-    from qkdb import warehouse
-    from qkdb.api import ensure_intervals
-    from qkdb.charts import build_report
+    from qkdb.charts import build_report, report_split
 
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
@@ -86,19 +104,24 @@ def report(
         from qkdb.charts import render
 
         render.check_output(output)  # said before the figures are built, not after
-    con = open_warehouse(home)
+    check_warehouse(home)  # a missing warehouse is said once, before any process is forked
+    # A second process builds part of the figures (charts/report_split.py). It is forked before
+    # this process opens any database; each then prepares its own connection the same way.
+    helper = report_split.Helper.start(lambda: _report_connection(home)[0], models=model or None, series=series or None)
+    con = None
     try:
-        findings_from = warehouse.findings_source(con)
-        if findings_from == "findings" and ensure_intervals(con):
+        con, findings_from, recomputed = _report_connection(home)
+        if recomputed:
             typer.echo("the stored intervals of the findings were out of date: recomputed for this report", err=True)
-        # Every figure reads the same few base views: computed once, from memory after that.
-        warehouse.snapshot(con)
         result = build_report(
-            con, models=model or None, series=series or None, title=title, findings_from=findings_from,
+            con, models=model or None, series=series or None, title=title, findings_from=findings_from, helper=helper,
             progress=lambda label, ok: typer.echo(f"  {'ok' if ok else 'not supported:'} {label}", err=True),
         )
     finally:
-        con.close()
+        if con is not None:
+            con.close()
+        if helper is not None:
+            helper.close()
     if output is None:
         sys.stdout.write(result.html)
     else:

@@ -1,0 +1,174 @@
+"""The report's figures built in two processes: a forked helper builds a share of them.
+
+Building the report is Python-bound: Altair composes and serialises each figure under the GIL
+(~80% of a report's build on 23 models), so a thread would not help, and a second interpreter
+started afresh would spend its first ~0.4 s importing DuckDB and Altair. A process forked from
+the CLI has them already. It opens the warehouse on its own (read-only, as the CLI does; DuckDB
+lets several processes read one file), prepares it the same way, builds the figures given to it
+and sends their specs back as one pickle through a pipe; the parent builds the rest meanwhile and
+puts all of them on the page in page order. The page is byte for byte the one a single process
+writes (tests/charts/test_report_split.py).
+
+The fork is made only where it is safe and pays: on Linux, with two or more usable cores, and
+while the process runs a single thread. DuckDB runs worker threads while a database is open, and
+a child forked from a process with other threads may inherit a lock one of them held; the CLI
+closes its connection first, so nothing else runs then. Wherever the helper fails (an error
+while building, or data that changed between the two opens: an ingest published in between), the
+parent builds its share itself, so a helper can make the report faster but never wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+import duckdb
+
+# Relative build cost of each figure on a large warehouse (seconds ×10 on 23 models, measured with
+# benchmarks/latency.py's warehouse); the rest cost ~0.5. Only the split's balance depends on them.
+COST = {
+    "bias-vs-separation": 5.5, "rq-vs-rk": 3.5, "complement-collage": 2.6, "pca-collage": 1.4,
+    "ab-plane-collage": 1.4, "drift-bars": 1.1, "depth-heatmaps": 1.0, "series-phase-portraits": 0.8,
+    "series-explained-variance": 0.8,
+}
+# What the parent does besides its share: the findings, the lead, the page, unpickling the share.
+
+
+def worth_forking() -> bool:
+    """True on Linux with two or more usable cores (whether a helper may be forked *now*: :func:`available`)."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except OSError:
+        return False
+
+
+def available() -> bool:
+    """True where a helper may be forked now: :func:`worth_forking`, and one thread running."""
+    if not worth_forking():
+        return False
+    try:
+        # Native threads count (DuckDB's, BLAS's), not only Python's.
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def share(labels: Sequence[str]) -> set[int]:
+    """The job indices the helper builds: greedy by cost, heaviest first, to whichever side has less.
+
+    Both sides start even: the parent's own extra work (the findings, the page, unpickling the
+    share) measured about what the helper spends pickling it and starting later.
+    """
+    loads = {"parent": 0.0, "helper": 0.0}
+    theirs: set[int] = set()
+    for i in sorted(range(len(labels)), key=lambda i: (-_cost(labels[i]), i)):
+        who = min(loads, key=lambda k: (loads[k], k == "parent"))
+        loads[who] += _cost(labels[i])
+        if who == "helper":
+            theirs.add(i)
+    return theirs
+
+
+def _cost(label: str) -> float:
+    return COST.get(label.split(" (")[0], 0.5)
+
+
+class Helper:
+    """A forked process building its :func:`share` of the report's figure jobs.
+
+    Start it with :meth:`start` before this process opens any DuckDB database; pass it to
+    :func:`qkdb.charts.report.build_report`, which asks for its share (:meth:`share`) and
+    collects it (:meth:`results`); :meth:`close` reaps it (always call it: a ``with`` block does).
+    """
+
+    def __init__(self, pid: int, fd: int):
+        self.pid, self.fd = pid, fd
+
+    @classmethod
+    def start(cls, open_con: Callable[[], duckdb.DuckDBPyConnection], models=None, series=None) -> Helper | None:
+        """Fork the helper, or None where :func:`available` says no. ``open_con`` opens and prepares
+        the warehouse exactly as the caller's own connection is (e.g. snapshotted)."""
+        if not available():
+            return None
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
+            stream.flush()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child (its effect is tested)
+            os.close(r)
+            _child(w, open_con, models, series)
+        os.close(w)
+        return cls(pid, r)
+
+    def share(self, jobs: Sequence) -> set[int]:
+        from qkdb.charts.report import _label
+
+        return share([_label(j) for j in jobs])
+
+    def results(self, labels: Sequence[str]) -> dict:
+        """Index → :class:`~qkdb.charts.report.Made` of the helper's share; {} if it failed or saw other jobs."""
+        chunks = []
+        with os.fdopen(self.fd, "rb") as f:
+            self.fd = -1
+            while chunk := f.read(1 << 20):
+                chunks.append(chunk)
+        self._reap()
+        try:
+            seen, made = pickle.loads(b"".join(chunks))
+        except Exception:  # nothing or a torn message: the helper died; the parent builds its share
+            return {}
+        return made if list(seen) == list(labels) else {}
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reap()
+
+    def _reap(self) -> None:
+        if self.pid:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.pid = 0
+
+    def __enter__(self) -> Helper:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _child(fd: int, open_con, models, series) -> None:  # pragma: no cover - runs in the child
+    code = 1
+    try:
+        from qkdb.charts.data import single_threaded
+        from qkdb.charts.explorer import shared
+        from qkdb.charts.report import _jobs, _label, make_figure
+
+        con = open_con()
+        jobs = _jobs(con, models, series)
+        labels = [_label(j) for j in jobs]
+        with shared(), single_threaded(con):
+            made = {i: make_figure(con, jobs[i][0], jobs[i][1]) for i in sorted(share(labels))}
+        con.close()
+        with os.fdopen(fd, "wb") as f:
+            f.write(pickle.dumps((labels, made), protocol=pickle.HIGHEST_PROTOCOL))
+        code = 0
+    except BaseException:  # a Ctrl-C or a bug: the parent sees no message and builds the share itself
+        pass
+    finally:
+        # Never back into the caller's code (the CLI, pytest): no atexit handlers, no flushing of
+        # buffers inherited from the parent.
+        os._exit(code)
