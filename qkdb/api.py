@@ -149,9 +149,22 @@ def ingest_many(
     source: str | None = None,
     home: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    on_result: Callable[[IngestResult | ModelFailure], None] | None = None,
     **option_values,
 ) -> list[IngestResult | ModelFailure]:
-    """Ingest several models, each published atomically on its own; one that fails does not stop the others.
+    """Ingest several models, each published atomically on its own; one that fails does not stop the others,
+    except, on this machine, a Hub that cannot be reached.
+
+    On this machine the models run one after the other. A failure of kind ``"network"`` (the Hub
+    cannot be reached, or is offline without the files) stops the batch there: every later model
+    would fail the same way, each after its own retries. The models after it are not attempted;
+    each is returned as a :class:`ModelFailure` with ``attempted=False`` whose error (a
+    :class:`~qkdb.errors.HubError` of kind ``"network"``) says so and names the model that could
+    not reach the Hub. Any other failure is that model's alone and the batch goes on.
+
+    On a cluster the tasks run side by side on nodes that reach the Hub each on their own: one
+    node's network failure says nothing of the others', and the tasks already submitted run
+    anyway, so every model is attempted and every failure reported.
 
     Parameters
     ----------
@@ -168,12 +181,19 @@ def ingest_many(
     options, source, home, progress, **option_values
         As for :func:`ingest`; ``progress`` also gets ``'cluster'`` events (``done``, ``failed``,
         ``total``, ``bytes_read``, ``bytes_received``) on a cluster.
+    on_result : callable, optional
+        Called with each model's :class:`IngestResult` or :class:`ModelFailure` as soon as it is
+        known, before the next model starts here (on a cluster, as each task's result is published),
+        then with each model not attempted.
 
     Returns
     -------
     list of IngestResult or ModelFailure
-        One per target, in the order they finished; a :class:`ModelFailure` holds the model's
-        name (its path when its name could not be read) and the error. Nothing of it was published.
+        One per target, in the order they finished, the models not attempted last; a
+        :class:`ModelFailure` holds the model's name (its path when its name could not be read)
+        and the error. Nothing of it was published. The findings' intervals are recomputed once,
+        at the end of the batch (also when a model failed); a note saying why they could not be
+        is added to the ``notes`` of every model the batch published.
     """
     from qkdb import pipeline
     from qkdb.ingest import IngestOptions
@@ -186,21 +206,41 @@ def ingest_many(
     for p, m in targets:
         if p is None and not m:
             raise UsageError("give a model name (ingested from the Hub) or a path (a local dataset) for every model")
+    on_result = on_result or (lambda outcome: None)
     if cluster is not None:
         return pipeline.run_on_cluster(targets, options, kind=source, home=warehouse.resolve_home(home),
-                                       address=cluster, progress=progress)
+                                       address=cluster, progress=progress, on_result=on_result)
     out: list = []
-    for p, m in targets:
-        try:
-            out.append(ingest(p, m, options=options, source=source, home=home, progress=progress, refresh_findings=False))
-        except QkdbError as exc:
-            out.append(pipeline.ModelFailure(m or str(p), exc))
-    published = [r for r in out if isinstance(r, pipeline.IngestResult) and not r.unchanged]
-    if published:
-        notes = refresh_findings(home)  # once for the batch, not once per model
-        for r in published:
-            r.notes.extend(notes)
+    try:
+        for i, (p, m) in enumerate(targets):
+            try:
+                outcome = ingest(p, m, options=options, source=source, home=home, progress=progress,
+                                 refresh_findings=False)
+            except QkdbError as exc:
+                outcome = pipeline.ModelFailure(m or str(p), exc)
+            out.append(outcome)
+            on_result(outcome)
+            if isinstance(outcome, pipeline.ModelFailure) and outcome.error.kind == "network":
+                for rest in _not_attempted(targets[i + 1:], outcome):
+                    out.append(rest)
+                    on_result(rest)
+                break
+    finally:  # (also on Ctrl-C: the models published so far are in the findings)
+        published = [r for r in out if isinstance(r, pipeline.IngestResult) and not r.unchanged]
+        if published:
+            notes = refresh_findings(home)  # once for the batch, not once per model
+            for r in published:
+                r.notes.extend(notes)
     return out
+
+
+def _not_attempted(targets: list, stop: ModelFailure) -> list[ModelFailure]:
+    """The models after a network failure, as failures saying they were not attempted and why."""
+    from qkdb.errors import HubError
+    from qkdb.pipeline import ModelFailure
+
+    why = f"not attempted: {stop.model} could not reach the Hub ({stop.error})"
+    return [ModelFailure(m or str(p), HubError(why, kind="network"), attempted=False) for p, m in targets]
 
 
 def refresh_findings(home: str | os.PathLike | None = None) -> list[str]:

@@ -201,10 +201,15 @@ class SourceFacts:
 
 @dataclass
 class ModelFailure:
-    """A model that was not published: what it was asked as (its name, else its path) and why."""
+    """A model that was not published: what it was asked as (its name, else its path) and why.
+
+    ``attempted`` is False for a model a batch did not start, having stopped before it (see
+    :func:`qkdb.api.ingest_many`).
+    """
 
     model: str
     error: QkdbError
+    attempted: bool = True
 
 
 @dataclass
@@ -268,7 +273,9 @@ def _detach(job: _Run) -> _Run:
 
 
 def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, kind: str | None, home: Path,
-                   address: str, progress: Progress | None) -> list[IngestResult | ModelFailure]:
+                   address: str, progress: Progress | None,
+                   on_result: Callable[[IngestResult | ModelFailure], None] | None = None,
+                   ) -> list[IngestResult | ModelFailure]:
     """Ingest several models on a Ray cluster: one task per model; each published here as it arrives.
 
     The driver (this process) owns the warehouse: it publishes every model exactly as an ingest
@@ -277,6 +284,7 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     go on. Progress events: ``cluster`` (``done``, ``failed``, ``total``, ``bytes_read``,
     ``bytes_received``; after a computed model also its ``worker_seconds``, ``model_bytes_read``,
     ``model_bytes_received`` and ``publish_seconds``), and ``publish``/``done`` per model.
+    ``on_result`` is called with each model's outcome once it is published or failed.
     """
     from qkdb.ingest import ClusterCall, RayCluster
 
@@ -317,6 +325,8 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
                         result = ModelFailure(model, from_os_error(exc, f"publishing {model}"))
                     timing["publish_seconds"] = time.perf_counter() - t0
                 out.append(result)
+                if on_result is not None:
+                    on_result(result)
                 counts["failed" if isinstance(result, ModelFailure) else "done"] += 1
                 # (the per-model figures are what benchmarks/cluster.py scales to a real cluster)
                 progress("cluster", model=getattr(result, "model", None), **counts, **timing)
