@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -90,48 +91,88 @@ def ingest(
         )
     except ValueError as exc:  # an option out of range is the user's input
         raise InputError(str(exc)) from None
-    if cluster is not None:
-        with ingest_progress(quiet) as progress:
-            outcomes = api.ingest_many(targets, cluster=cluster, options=options, home=home, progress=progress)
-        # The tasks ran side by side: every failure is reported (a Hub outage does not stop the others).
-        failed: list[tuple[str, QkdbError]] = []
-        for outcome in outcomes:
-            if isinstance(outcome, api.ModelFailure):
-                note(f"error: {outcome.model}: {outcome.error}")
-                failed.append((outcome.model, outcome.error))
-            else:
-                _report(outcome)
-        _fail_if(failed, len(targets))
-        return
-    if len(targets) == 1:
+    if len(targets) == 1 and cluster is None:
         with ingest_progress(quiet) as progress:
             result = api.ingest(*targets[0], options=options, home=home, progress=progress)
         _report(result)
         return
-    # Several models (--series, --all, several --path): one failure is reported and the others go
-    # on, unless the Hub cannot be reached at all: then once, with the models left undone.
-    # The findings' intervals are recomputed once, after the last model (also when one fails).
-    failed, published = [], False
+    # Several models (--series, --all, several --path), or any on a cluster: api.ingest_many's
+    # policy (on this machine a Hub that cannot be reached stops the batch; on a cluster every
+    # model is attempted), each model said as it finishes, the intervals refreshed once at the end.
+    batch = _Batch(quiet, cluster is not None)
     try:
-        for i, (target_path, name) in enumerate(targets):
-            label = name or str(target_path)
-            try:
-                with ingest_progress(quiet) as progress:
-                    result = api.ingest(target_path, name, options=options, home=home, progress=progress,
-                                        refresh_findings=False)
-                _report(result)
-                published = published or not result.unchanged
-            except QkdbError as exc:
-                if exc.kind == "network":
-                    undone = [n for n, _ in failed] + [m or str(p) for p, m in targets[i:]]
-                    raise HubError(f"{exc}; not ingested: {', '.join(undone)}", kind="network") from None
-                note(f"error: {label}: {exc}")
-                failed.append((label, exc))
-    finally:
-        if published:
-            for line in api.refresh_findings(home):
-                note(f"note: {line}")
-    _fail_if(failed, len(targets))
+        with batch.display() as progress:
+            api.ingest_many(targets, cluster=cluster, options=options, home=home, progress=progress,
+                            on_result=batch.outcome)
+    finally:  # (the refresh's notes, also when the batch ended on an interrupt)
+        for line in batch.refresh_notes():
+            note(f"note: {line}")
+    if batch.stopped is not None:  # once, with the models left undone (those that failed before it too)
+        undone = [n for n, _ in batch.failed] + [batch.stopped.model] + batch.not_attempted
+        raise HubError(f"{batch.stopped.error}; not ingested: {', '.join(undone)}", kind="network")
+    _fail_if(batch.failed, len(targets))
+
+
+class _Batch:
+    """The CLI's side of a batch of ingests: a progress display per model (one for the whole batch on a
+    cluster, whose progress counts models) and each model's outcome said as soon as it is known."""
+
+    def __init__(self, quiet: bool, on_cluster: bool) -> None:
+        self.quiet, self.on_cluster = quiet, on_cluster
+        self.failed: list[tuple[str, QkdbError]] = []
+        self.stopped: api.ModelFailure | None = None  # the network failure that stopped the batch
+        self.not_attempted: list[str] = []
+        self._published: list[tuple[api.IngestResult, int]] = []  # (result, its notes already said)
+        self._current = None  # this model's display (on one machine)
+        self._progress = None
+
+    @contextlib.contextmanager
+    def display(self):
+        if self.on_cluster:
+            with ingest_progress(self.quiet) as progress:
+                yield progress
+            return
+        try:
+            yield self._event
+        except BaseException as exc:  # (Ctrl-C: the display ends as a failed model's does)
+            self._close(exc)
+            raise
+        self._close(None)
+
+    def _event(self, event: str, **info) -> None:
+        if self._current is None:  # a model's first event opens its display
+            self._current = ingest_progress(self.quiet)
+            self._progress = self._current.__enter__()
+        self._progress(event, **info)
+
+    def _close(self, error: BaseException | None) -> None:
+        """End this model's display as its ingest ended (an error leaves no final progress lines)."""
+        if self._current is not None:
+            current, self._current = self._current, None
+            current.__exit__(type(error) if error is not None else None, error, None)
+
+    def outcome(self, outcome) -> None:
+        if isinstance(outcome, api.ModelFailure):
+            self._close(outcome.error)
+            if not outcome.attempted:
+                self.not_attempted.append(outcome.model)
+            elif outcome.error.kind == "network" and not self.on_cluster:
+                self.stopped = outcome  # (said once, at the end, with the models not ingested)
+            else:
+                note(f"error: {outcome.model}: {outcome.error}")
+                self.failed.append((outcome.model, outcome.error))
+            return
+        self._close(None)
+        _report(outcome)
+        if not outcome.unchanged:
+            self._published.append((outcome, len(outcome.notes)))
+
+    def refresh_notes(self) -> list[str]:
+        """The notes the batch's refresh of the findings' intervals added (the same on every model it published)."""
+        if not self._published:
+            return []
+        result, said = self._published[-1]
+        return result.notes[said:]
 
 
 def _fail_if(failed: list[tuple[str, QkdbError]], total: int) -> None:
