@@ -285,6 +285,8 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     ``bytes_received``; after a computed model also its ``worker_seconds``, ``model_bytes_read``,
     ``model_bytes_received`` and ``publish_seconds``), and ``publish``/``done`` per model.
     ``on_result`` is called with each model's outcome once it is published or failed.
+
+    Only the targets' own run logs are read to skip unchanged models (see :func:`_target_models`).
     """
     from qkdb.ingest import ClusterCall, RayCluster
 
@@ -293,7 +295,7 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     # (a missing Ray or an unreachable cluster fails before the warehouse is touched)
     with RayCluster(address, num_cpus=options.workers) as cluster:
         home = warehouse.ensure_writable(home)
-        previous = {} if options.force else _published_fingerprints(home)
+        previous = {} if options.force else _published_fingerprints(home, _target_models(targets))
         calls = [
             ClusterCall(name or (str(path) if path is not None else "?"),
                         (str(path) if path is not None else None, name, options, kind, previous))
@@ -339,9 +341,36 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     return out
 
 
-def _published_fingerprints(home: Path) -> dict[str, str]:
+def _target_models(targets: list[tuple[Path | None, str | None]]) -> list[str] | None:
+    """The models a batch publishes, as far as this machine can tell; None when it cannot tell them all.
+
+    A target's name is given, or for a path without one, its dataset's ``qkdb_dataset.json`` names
+    it when that path is readable here (a path may exist only on the cluster's nodes).
+    """
+    names = []
+    for path, name in targets:
+        if not name and path is not None:
+            try:
+                name = read_metadata(path).get("model")
+            except (QkdbError, OSError):
+                name = None
+        if not isinstance(name, str) or not name:
+            return None
+        names.append(name)
+    return names
+
+
+def _published_fingerprints(home: Path, models: list[str] | None = None) -> dict[str, str]:
+    """The fingerprints of the published versions of ``models`` (None: of every ingested model).
+
+    Only those models' run logs are read: another model's, however large or damaged, is not.
+    """
     out = {}
-    for model in warehouse.store.ingested_models(home):
+    for model in warehouse.store.ingested_models(home) if models is None else dict.fromkeys(models):
+        try:
+            warehouse.store.check_model_name(model)
+        except QkdbError:  # (its task says why, naming it)
+            continue
         fp = _last_fingerprint(home, model)
         if fp is not None:
             out[model] = fp
