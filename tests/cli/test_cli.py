@@ -247,3 +247,35 @@ def test_several_models_refresh_the_findings_once_and_leave_them_current(runner,
     calls.clear()
     results = qkdb.api.ingest_many([(a, "a2"), (b, "b2")], home=home, workers=1, **{"family": "Toy", "gqa_ratio": 2, "n_layers": 2})
     assert len(results) == 2 and calls == [home]
+
+
+def test_several_models_are_each_said_as_they_finish_not_at_the_end_of_the_batch(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from helpers.datasets import make_dataset
+    from qkdb.ingest.sources.layout import write_metadata
+    from qkdb.warehouse import store
+
+    a, b = make_dataset(tmp_path / "a", n=300), make_dataset(tmp_path / "b", n=300, seed=1)
+    write_metadata(a, {"model": "a"})
+    write_metadata(b, {"model": "b"})
+    home = tmp_path / "home"
+    lock = store.acquire_model(home, "b")  # b waits for it (--wait): the batch cannot end before we let it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkdb", "ingest", "--path", str(a), "--path", str(b), *FACTS, "-q", "-j", "1",
+         "--wait", "120", "--home", str(home)],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        first = proc.stderr.readline()
+        assert first.startswith("ingested a: "), first
+        time.sleep(0.5)
+        assert proc.poll() is None and store.ingested_models(home) == ["a"]  # said while b still waited
+    finally:
+        lock.release()
+    out, rest = proc.communicate(timeout=300)
+    assert proc.returncode == 0, rest
+    assert out == "" and rest.startswith("ingested b: ")
+    assert store.ingested_models(home) == ["a", "b"]

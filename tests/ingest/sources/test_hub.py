@@ -578,3 +578,72 @@ def test_cli_ingest_series_reports_each_failure_and_goes_on(fake, datasets, tmp_
         assert f"error: {spec.model}:" in out.stderr
     assert "Traceback" not in out.stderr
     assert [m for m, _, _ in _ingested(tmp_path)] == sorted(s.model for s in checkpoints[:2])
+
+
+# --------------------------------------------------------------------------------------------------
+# one policy for a batch on one machine: a Hub that cannot be reached stops it (api.ingest_many)
+# --------------------------------------------------------------------------------------------------
+
+
+def _dead_endpoint() -> str:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_ingest_many_stops_at_a_network_failure_and_returns_the_models_not_attempted(datasets, tmp_path):
+    from qkdb import api
+    from qkdb.warehouse import store
+
+    home = tmp_path / "home"
+    targets = [(datasets["llama"], "llama3.2-1b"), (None, "llama3.2-3b"), (datasets["qwen"], "qwen3-0.6b"),
+               (None, "qwen3-4b")]
+    said = []  # (outcome, the models published when it was said)
+    out = api.ingest_many(targets, home=home, endpoint=_dead_endpoint(), cache_dir=tmp_path / "hf-cache",
+                          token=False, workers=1, points=0, complement=False,
+                          on_result=lambda o: said.append((o, store.ingested_models(home))))
+    assert [o for o, _ in said] == out  # each said as it was known, in the order returned
+    first, stop, *rest = out
+    assert isinstance(first, api.IngestResult) and first.model == "llama3.2-1b"
+    assert said[0][1] == ["llama3.2-1b"]  # said once published, before the next model started
+    assert isinstance(stop, api.ModelFailure) and stop.attempted and stop.model == "llama3.2-3b"
+    assert stop.error.kind == "network" and "connection to http://127.0.0.1" in str(stop.error)
+    # The local dataset after it is not attempted either: the batch stops, as the CLI's always did.
+    assert [(f.model, f.attempted, f.error.kind) for f in rest] == [
+        ("qwen3-0.6b", False, "network"), ("qwen3-4b", False, "network")]
+    for f in rest:
+        assert isinstance(f.error, HubError)
+        assert str(f.error).startswith("not attempted: llama3.2-3b could not reach the Hub (dataset viktoroo/")
+    assert store.ingested_models(home) == ["llama3.2-1b"]
+    con = api.connect(home)
+    try:  # the intervals were refreshed at the end of the batch, its failure notwithstanding
+        from qkdb import warehouse
+
+        assert warehouse.intervals_current(con)
+    finally:
+        con.close()
+
+
+def test_ingest_many_goes_on_past_a_failure_of_another_kind(datasets, tmp_path):
+    from qkdb import api
+
+    out = api.ingest_many([(tmp_path / "nowhere", "llama3.2-1b"), (datasets["qwen"], "qwen3-0.6b")],
+                          home=tmp_path / "home", workers=1, points=0, complement=False)
+    assert [(type(o).__name__, o.model) for o in out] == [("ModelFailure", "llama3.2-1b"), ("IngestResult", "qwen3-0.6b")]
+    assert out[0].error.kind == "not_found" and out[0].attempted
+
+
+def test_cli_series_stops_at_an_unreachable_hub_once_listing_the_models_not_ingested(tmp_path):
+    from qkdb.ingest.sources.registry import series_models
+
+    env = {**os.environ, "HF_ENDPOINT": _dead_endpoint(), "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+           "QKDB_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", _QKDB, "ingest", "--series", "smollm3-3b", "-q", "-j", "1"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == EXIT_CODES["network"]
+    lines = out.stderr.strip().splitlines()
+    models = [s.model for s in series_models("smollm3-3b")]
+    assert len(lines) == 1 and lines[0].startswith("error: dataset viktoroo/sniffed-qk at revision "), out.stderr
+    assert lines[0].endswith(f"; not ingested: {', '.join(models)}")  # the first one too: said once, not per model
