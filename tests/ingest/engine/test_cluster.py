@@ -152,6 +152,54 @@ def test_a_workers_tables_travel_compressed_and_come_back_equal():
     assert isinstance(packed["points"], bytes) and pa.ipc.open_stream(packed["points"]).schema == tables["points"].schema
 
 
+def _published(tmp_path, *names) -> tuple:
+    """A warehouse with these simulated models ingested on this machine, and their datasets."""
+    from qkdb import api
+
+    home = tmp_path / "home"
+    found = [_simulated(tmp_path, n, seed=i, vectors=200) for i, n in enumerate(names, 1)]
+    for ds in found:
+        api.ingest(ds, home=home, workers=1, points=0, complement=False)
+    return home, found
+
+
+def _damage_log(home, model: str) -> None:
+    """Overwrite every ``ingest_runs`` file of ``model`` with bytes no reader takes for parquet."""
+    logs = sorted((home / "ingest_runs" / f"model={model}").glob("*.parquet"))
+    assert logs
+    for f in logs:
+        f.write_bytes(b"not a parquet file")
+
+
+def test_only_the_targets_run_logs_are_read_for_their_fingerprints(tmp_path):
+    import pyarrow as pa
+
+    from qkdb import pipeline
+
+    home, (a, b) = _published(tmp_path, "sim-a", "sim-b")
+    mine = pipeline._published_fingerprints(home, ["sim-a", "sim-new", "../bad"])
+    assert list(mine) == ["sim-a"] and len(mine["sim-a"]) == 64
+    _damage_log(home, "sim-b")
+    assert pipeline._published_fingerprints(home, ["sim-a"]) == mine  # sim-b's damaged log is not read
+    with pytest.raises(pa.ArrowInvalid):  # (reading them all would: what run_on_cluster did)
+        pipeline._published_fingerprints(home)
+
+
+def test_a_batchs_models_are_the_names_given_or_those_its_readable_datasets_name(tmp_path):
+    from qkdb import pipeline
+
+    a = _simulated(tmp_path, "sim-a", seed=1, vectors=200)
+    no_name = make_dataset(tmp_path / "anonymous", n=200)
+    assert pipeline._target_models([(None, "llama3.2-1b"), (a, None), (no_name, "toy")]) == [
+        "llama3.2-1b", "sim-a", "toy"]
+    # A path only the cluster's nodes have, or a dataset that does not name its model: every log is read.
+    assert pipeline._target_models([(a, None), (tmp_path / "on-the-nodes-only", None)]) is None
+    assert pipeline._target_models([(no_name, None)]) is None
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "qkdb_dataset.json").write_text("{not json")
+    assert pipeline._target_models([(tmp_path / "broken", None)]) is None
+
+
 # -- on a real Ray head ----------------------------------------------------------------------------
 
 cluster = pytest.mark.cluster
@@ -352,3 +400,43 @@ def test_cluster_local_starts_ray_here_and_leaves_nothing_running(tmp_path):
     assert done.returncode == 0, done.stderr
     assert _runs(home) == [("sim-l", "local", ray.__version__)]
     assert left == []
+
+
+@cluster
+def test_a_cluster_ingest_reads_only_its_own_models_run_logs(ray_head, tmp_path):
+    home, (a, b) = _published(tmp_path, "sim-a", "sim-b")
+    _damage_log(home, "sim-b")  # another model's log, unreadable: it must not matter
+    same = ("--points", "0", "--no-complement")  # the parameters _published ingested it with
+    again = _on_cluster(ray_head, home, "--path", str(a), *same)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.strip() == "sim-a: already ingested from these files with these parameters (use --force to redo)"
+    c = _simulated(tmp_path, "sim-c", seed=3, vectors=200)
+    new = _on_cluster(ray_head, home, "--path", str(c), "--model", "sim-c", *same)
+    assert new.returncode == 0, new.stderr
+    assert new.stderr.startswith("ingested sim-c: 8 heads")
+    assert store.ingested_models(home) == ["sim-a", "sim-b", "sim-c"]
+
+
+@cluster
+def test_on_a_cluster_a_network_failure_does_not_stop_the_other_models(ray_head, tmp_path):
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    a, b = _simulated(tmp_path, "sim-a", seed=1, vectors=200), _simulated(tmp_path, "sim-b", seed=2, vectors=200)
+    home = tmp_path / "home"
+    code = (
+        "import json, qkdb\n"
+        f"out = qkdb.ingest_many([(None, 'llama3.2-1b'), ({str(a)!r}, None), (None, 'qwen3-0.6b'), ({str(b)!r}, None)],\n"
+        f"    cluster={ray_head.address!r}, home={str(home)!r}, endpoint={dead!r}, token=False)\n"
+        "print(json.dumps(sorted([o.model, type(o).__name__, getattr(o, 'attempted', None),\n"
+        "                         getattr(getattr(o, 'error', None), 'kind', None)] for o in out)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=ray_head.env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        ["llama3.2-1b", "ModelFailure", True, "network"], ["qwen3-0.6b", "ModelFailure", True, "network"],
+        ["sim-a", "IngestResult", None, None], ["sim-b", "IngestResult", None, None]]
+    assert store.ingested_models(home) == ["sim-a", "sim-b"]
