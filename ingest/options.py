@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 # Pooled vectors per head for the complement and RoPE-plane statistics (a seeded subsample, Q
 # and K in proportion): ~1,000 per kind puts a coherence's noise near 0.03 and keeps the stage
@@ -43,7 +43,8 @@ class IngestOptions:
     heads: str | None = None  # selection: "0-3" (layers), "5", "l03h07,l05h01"
     endpoint: str | None = None  # Hub endpoint (default: huggingface_hub's)
     cache_dir: str | os.PathLike | None = None  # huggingface_hub cache (default: its own)
-    token: str | bool | None = None  # Hub token (default: the stored login)
+    # Hub token (default: HF_TOKEN or the stored login); never in a repr (logs, tracebacks, Ray's displays)
+    token: str | bool | None = field(default=None, repr=False)
     # -- model facts -------------------------------------------------------------------------
     family: str | None = None
     gqa_ratio: int | None = None

@@ -269,7 +269,9 @@ def _detach(job: _Run) -> _Run:
     from dataclasses import replace
 
     s = job.source
-    return replace(job, source=SourceFacts(job.kind, s.location, s.revision, s.commit))
+    # (nor a Hub token: the result goes through Ray's object store, and the driver never needs it)
+    return replace(job, options=job.options.updated(token=None),
+                   source=SourceFacts(job.kind, s.location, s.revision, s.commit))
 
 
 def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, kind: str | None, home: Path,
@@ -286,9 +288,10 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     ``model_bytes_received`` and ``publish_seconds``), and ``publish``/``done`` per model.
     ``on_result`` is called with each model's outcome once it is published or failed.
 
-    Only the targets' own run logs are read to skip unchanged models (see :func:`_target_models`).
+    Only the targets' own run logs are read to skip unchanged models (see :func:`_target_models`),
+    and the tasks are sent no Hub token their workers can get themselves (see :func:`_task_options`).
     """
-    from qkdb.ingest import ClusterCall, RayCluster
+    from qkdb.ingest import RayCluster
 
     progress = progress or (lambda *a, **k: None)
     out: list[IngestResult | ModelFailure] = []
@@ -296,11 +299,7 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
     with RayCluster(address, num_cpus=options.workers) as cluster:
         home = warehouse.ensure_writable(home)
         previous = {} if options.force else _published_fingerprints(home, _target_models(targets))
-        calls = [
-            ClusterCall(name or (str(path) if path is not None else "?"),
-                        (str(path) if path is not None else None, name, options, kind, previous))
-            for path, name in targets
-        ]
+        calls = _cluster_calls(targets, options, kind, previous, cluster.address)
         counts = {"done": 0, "failed": 0, "total": len(calls), "bytes_read": 0, "bytes_received": 0}
         progress("cluster", **counts)
         # (closed on any way out, Ctrl-C included: the tasks still running are cancelled)
@@ -339,6 +338,41 @@ def run_on_cluster(targets: list[tuple[Path | None, str | None]], options, *, ki
             if isinstance(r, IngestResult) and not r.unchanged:
                 r.notes.extend(notes)
     return out
+
+
+def _cluster_calls(targets: list[tuple[Path | None, str | None]], options, kind: str | None,
+                   previous: dict[str, str], address: str) -> list:
+    """One :class:`~qkdb.ingest.ClusterCall` per target: its label and the arguments its task is sent."""
+    from qkdb.ingest import ClusterCall
+
+    options = _task_options(options, address)
+    return [
+        ClusterCall(name or (str(path) if path is not None else "?"),
+                    (str(path) if path is not None else None, name, options, kind, previous))
+        for path, name in targets
+    ]
+
+
+def _task_options(options, address: str):
+    """The options sent with every task: without a Hub token the workers can get themselves.
+
+    The task's arguments are pickled into its spec, which Ray's dashboard and state API can show.
+    The default token (None: huggingface_hub's ``HF_TOKEN`` or stored login, resolved on each
+    worker) and ``True``/``False`` carry no secret. A token given as a string is sent, since the
+    driver cannot know what a remote node holds, except to ``'local'``: a Ray instance started by
+    this process, whose workers inherit its environment and home, so resolve the same token here.
+    """
+    token = options.token
+    if isinstance(token, str) and address == "local":
+        from huggingface_hub import get_token
+
+        try:
+            here = get_token()
+        except Exception:  # noqa: BLE001 - (an OIDC exchange that fails): then the token is sent
+            here = None
+        if here == token:
+            return options.updated(token=None)
+    return options
 
 
 def _target_models(targets: list[tuple[Path | None, str | None]]) -> list[str] | None:

@@ -200,6 +200,56 @@ def test_a_batchs_models_are_the_names_given_or_those_its_readable_datasets_name
     assert pipeline._target_models([(tmp_path / "broken", None)]) is None
 
 
+SECRET = "hf_driver_secret_0123456789"
+
+
+@pytest.mark.parametrize("address", ["local", "10.0.0.5:6379", "ray://head:10001"])
+def test_a_tasks_arguments_carry_no_token_by_default(tmp_path, monkeypatch, address):
+    import pickle
+
+    from qkdb import pipeline
+    from qkdb.ingest import IngestOptions
+
+    monkeypatch.setenv("HF_TOKEN", SECRET)  # the driver's own token: the workers resolve theirs
+    targets = [(None, "llama3.2-1b"), (tmp_path / "ds", None)]
+    calls = pipeline._cluster_calls(targets, IngestOptions(), None, {}, address)
+    assert [c.args[2].token for c in calls] == [None, None]
+    assert all(SECRET.encode() not in pickle.dumps(c.args) for c in calls)
+    assert SECRET not in repr(IngestOptions(token=SECRET))  # nor in a repr, where logs and tracebacks show it
+
+
+def test_a_token_given_is_sent_unless_the_local_instances_workers_have_it(tmp_path, monkeypatch):
+    import pickle
+
+    from qkdb import pipeline
+    from qkdb.ingest import IngestOptions
+
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+
+    def sent(token, address):
+        (call,) = pipeline._cluster_calls([(None, "llama3.2-1b")], IngestOptions(token=token), None, {}, address)
+        return call.args[2].token, token.encode() in pickle.dumps(call.args)
+
+    # --cluster local: a Ray instance this process starts, whose workers inherit its environment.
+    assert sent(SECRET, "local") == (None, False)
+    assert sent("hf_another_token", "local") == ("hf_another_token", True)
+    # A running cluster: the driver cannot know what its nodes hold (docs/cluster.md says how to avoid it).
+    assert sent(SECRET, "10.0.0.5:6379") == (SECRET, True)
+
+
+def test_a_workers_result_carries_no_token_back(tmp_path):
+    import pickle
+
+    from qkdb import pipeline
+    from qkdb.ingest import IngestOptions
+
+    ds = _simulated(tmp_path, "sim-a", seed=1, vectors=200)
+    computed = pipeline.compute_model(str(ds), None, IngestOptions(token=SECRET, workers=1, points=0, complement=False),
+                                      None, {})
+    assert isinstance(computed, pipeline._Computed) and computed.staged.done == 8
+    assert SECRET.encode() not in pickle.dumps(computed)  # (it goes through Ray's object store)
+
+
 # -- on a real Ray head ----------------------------------------------------------------------------
 
 cluster = pytest.mark.cluster
