@@ -152,8 +152,7 @@ def ingest_many(
     on_result: Callable[[IngestResult | ModelFailure], None] | None = None,
     **option_values,
 ) -> list[IngestResult | ModelFailure]:
-    """Ingest several models, each published atomically on its own; one that fails does not stop the others,
-    except, on this machine, a Hub that cannot be reached.
+    """Ingest several models, each published atomically on its own; only an unreachable Hub stops the batch, here.
 
     On this machine the models run one after the other. A failure of kind ``"network"`` (the Hub
     cannot be reached, or is offline without the files) stops the batch there: every later model
