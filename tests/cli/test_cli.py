@@ -227,6 +227,54 @@ def test_info_and_remove(runner, dataset, home):
     assert again.exit_code == EXIT_CODES["not_found"] and "holds no model yet" in again.stderr
 
 
+def _info_rows(fmt: str, text: str) -> list[tuple[str, str]]:
+    """The key/value rows `qkdb info -f FMT` printed, read back from its output."""
+    if fmt == "csv":
+        header, *rows = csv.reader(io.StringIO(text))
+        assert header == ["key", "value"]
+        return [tuple(r) for r in rows]
+    if fmt == "jsonl":
+        return [(d["key"], d["value"]) for d in map(json.loads, text.splitlines())]
+    if fmt == "markdown":
+        header, rule, *rows = text.splitlines()
+        assert header == "| key | value |" and rule == "|---|---|"
+        return [tuple(c.strip() for c in r.strip("|").split(" | ")) for r in rows]
+    lines = text.splitlines()  # table: a header row drawn with heavy bars, then the rows
+    assert [c.strip() for c in lines[1].strip("┃").split("┃")] == ["key", "value"]
+    return [tuple(c.strip() for c in r.strip("│").split("│")) for r in lines if r.startswith("│")]
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "jsonl", "markdown"])
+def test_info_lists_the_same_rows_in_every_format(runner, dataset, home, fmt):
+    from qkdb import api
+
+    _ingest(runner, dataset)
+    facts = api.info(home)
+    expected = [
+        ("home", str(home)),
+        ("catalog", str(home / "qk.duckdb")),
+        ("catalog_bytes", str(facts["catalog_bytes"])),
+        ("models", "toy"),
+        *[(f"table_bytes.{t}", str(n)) for t, n in facts["table_bytes"].items()],
+        *[(f"versions.{lib}", v) for lib, v in facts["versions"].items()],
+    ]
+    assert "table_bytes.heads" in dict(expected) and "versions.duckdb" in dict(expected)
+    out = runner.invoke(app, ["info", "-f", fmt])
+    assert out.exit_code == 0, out.stderr
+    assert _info_rows(fmt, out.stdout) == expected
+
+
+def test_info_as_json_keeps_the_nesting(runner, dataset, home):
+    from qkdb import api
+
+    _ingest(runner, dataset)
+    for args in (["-f", "json"], ["--json"]):
+        out = runner.invoke(app, ["info", *args])
+        assert out.exit_code == 0, out.stderr
+        assert json.loads(out.stdout) == api.info(home)
+        assert list(json.loads(out.stdout)) == ["home", "catalog", "catalog_bytes", "models", "table_bytes", "versions"]
+
+
 def test_home_option_overrides_environment(runner, dataset, tmp_path):
     other = tmp_path / "other-home"
     result = _ingest(runner, dataset, "--home", str(other))
