@@ -1,4 +1,4 @@
-"""Writing query results in every format `qkdb query` offers, streaming where the format allows."""
+"""Writing results (a query's rows, a command's record of facts) in every format, streaming where it can."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import IO
-
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from qkdb.cli.common import note, out_console
 from qkdb.errors import QueryError
@@ -178,3 +176,40 @@ def _csv_text(table: pa.Table, header: bool) -> str:
 
 def write_table(table: pa.Table, fmt: Format, output: Path | None = None) -> int:
     return write_result(TableResult(table), fmt, output)
+
+
+def record_rows(record: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """A (nested) dict as key/value rows of text, in its order: ``{"a": {"b": 1}}`` gives ``("a.b", "1")``.
+
+    A list is one row, its items joined by commas; None is an empty value.
+    """
+    rows: list[tuple[str, str]] = []
+    for k, v in record.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            rows += record_rows(v, key + ".")
+        elif isinstance(v, (list, tuple)):
+            rows.append((key, ",".join(str(x) for x in v)))
+        else:
+            rows.append((key, "" if v is None else str(v)))
+    return rows
+
+
+def write_record(record: dict, fmt: Format, output: Path | None = None) -> int:
+    """Write one record (a command's facts, e.g. `qkdb info`'s) in ``fmt``; returns the row count.
+
+    JSON keeps the record's nesting; every other format lists its :func:`record_rows` under the
+    columns ``key`` and ``value``, the same rows in the same order.
+    """
+    if Format(fmt) is Format.json:
+        text = json.dumps(_jsonable(record), indent=2) + "\n"
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            Path(output).write_text(text, encoding="utf-8")
+        return 1
+    import pyarrow as pa
+
+    rows = record_rows(record)
+    table = pa.table({"key": pa.array([k for k, _ in rows], pa.string()), "value": pa.array([v for _, v in rows], pa.string())})
+    return write_table(table, fmt, output)
