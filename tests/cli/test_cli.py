@@ -11,6 +11,7 @@ import pytest
 import typer
 
 from qkdb.cli.app import app
+from qkdb.cli.output import human_size
 from qkdb.errors import EXIT_CODES, QueryError
 
 FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
@@ -250,18 +251,24 @@ def test_info_lists_the_same_rows_in_every_format(runner, dataset, home, fmt):
 
     _ingest(runner, dataset)
     facts = api.info(home)
+    size = human_size if fmt == "table" else str  # the table is for people; the data keep bytes
     expected = [
         ("home", str(home)),
         ("catalog", str(home / "qk.duckdb")),
-        ("catalog_bytes", str(facts["catalog_bytes"])),
+        ("catalog_bytes", size(facts["catalog_bytes"])),
         ("models", "toy"),
-        *[(f"table_bytes.{t}", str(n)) for t, n in facts["table_bytes"].items()],
+        *[(f"table_bytes.{t}", size(n)) for t, n in facts["table_bytes"].items()],
         *[(f"versions.{lib}", v) for lib, v in facts["versions"].items()],
     ]
     assert "table_bytes.heads" in dict(expected) and "versions.duckdb" in dict(expected)
     out = runner.invoke(app, ["info", "-f", fmt])
     assert out.exit_code == 0, out.stderr
     assert _info_rows(fmt, out.stdout) == expected
+
+
+def test_human_size():
+    assert [human_size(n) for n in (0, 1023, 1024, 1536, 5 * 2**20 + 2**19, 3 * 2**40)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.5 MiB", "3.0 TiB"]
 
 
 def test_info_as_json_keeps_the_nesting(runner, dataset, home):
