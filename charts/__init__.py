@@ -9,7 +9,8 @@ Rooms::
     style.py       fonts, sizes, palettes; caption.py: captions computed from the data
     render.py      PNG, SVG, PDF, HTML, JSON through vl-convert
     report.py      the self-contained HTML report (report_html.py: its page; claims.py: which
-                   figures show which claims; explorer.py: the linked head explorer)
+                   figures show which claims; explorer.py: the linked head explorer;
+                   report_split.py: the second process the CLI forks to build part of it)
     notebook.py    the Altair renderer "qkdb": charts inline in notebooks with their JavaScript (offline)
 
 Charts read the warehouse through SQL on a connection they are given; they never open one.
@@ -24,4 +25,5 @@ __getattr__, __dir__ = facade(__name__, {
     "registry": "module:qkdb.charts.registry",
     "render": "module:qkdb.charts.render",
     "build_report": "qkdb.charts.report",
+    "report_split": "module:qkdb.charts.report_split",
 })

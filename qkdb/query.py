@@ -31,8 +31,12 @@ def sql_error(exc: Exception) -> str:
     return " ".join(kept)
 
 
-def check_read_only(sql: str) -> list[str]:
-    """The statements of ``sql``; a :class:`QueryError` if any of them would write."""
+def check_read_only(sql: str) -> list[duckdb.Statement]:
+    """The statements of ``sql``, parsed; a :class:`QueryError` if it is malformed or any of them would write.
+
+    Give what it returns to :func:`run_query`: each statement then runs as parsed here, without
+    DuckDB parsing its text again.
+    """
     import duckdb
 
     try:
@@ -41,6 +45,11 @@ def check_read_only(sql: str) -> list[str]:
         raise QueryError(sql_error(exc)) from None
     if not statements:
         raise QueryError("no SQL statement given")
+    _refuse_writes(statements)
+    return statements
+
+
+def _refuse_writes(statements: list[duckdb.Statement]) -> None:
     for st in statements:
         kind = st.type.name
         if kind not in READ_ONLY:
@@ -48,7 +57,6 @@ def check_read_only(sql: str) -> list[str]:
                 f"refused: {kind} statements would change the warehouse; queries are read-only "
                 "(tables are rebuilt by `qkdb ingest`)"
             )
-    return [st.query for st in statements]
 
 
 @dataclass
@@ -57,60 +65,86 @@ class Result:
 
     Read it once, one way, before the next statement runs (a half-read DuckDB result holds the
     connection).
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        The connection it runs on.
+    statement : duckdb.Statement or str
+        A parsed statement (run as it is) or SQL text (parsed when it runs).
+    one_line : bool
+        DuckDB's errors as a one-line :class:`QueryError` (a command's error); False lets DuckDB's
+        own exception through, its caret drawing under the statement intact (the shell shows it).
     """
 
     con: duckdb.DuckDBPyConnection
-    query: str
+    statement: duckdb.Statement | str
+    one_line: bool = True
 
-    def rows(self) -> tuple[list[str], Iterator[list[tuple]]]:
-        """Column names and the rows, in batches of :data:`BATCH_ROWS`."""
+    @property
+    def query(self) -> str:
+        """The statement's SQL text."""
+        return self.statement if isinstance(self.statement, str) else self.statement.query
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
         import duckdb
 
         try:
-            cur = self.con.execute(self.query)
+            yield
         except duckdb.Error as exc:
+            if not self.one_line:
+                raise
             raise QueryError(sql_error(exc)) from None
+
+    def rows(self) -> tuple[list[str], Iterator[list[tuple]]]:
+        """Column names and the rows, in batches of :data:`BATCH_ROWS`."""
+        with self._errors():
+            cur = self.con.execute(self.statement)
         names = [d[0] for d in cur.description] if cur.description else ["result"]
 
         def batches() -> Iterator[list[tuple]]:
-            try:
+            with self._errors():
                 while batch := cur.fetchmany(BATCH_ROWS):
                     yield batch
-            except duckdb.Error as exc:
-                raise QueryError(sql_error(exc)) from None
 
         return names, batches()
 
     def reader(self) -> pa.RecordBatchReader:
         """The result as an Arrow stream (for the columnar formats)."""
-        import duckdb
-
-        try:
-            rel = self.con.sql(self.query)
+        with self._errors():
+            rel = self.con.sql(self.statement)
             if rel is None:  # a statement without a result (e.g. a PRAGMA that sets something)
                 rel = self.con.sql("select 'ok' as result")
             return rel.to_arrow_reader(BATCH_ROWS)
-        except duckdb.Error as exc:
-            raise QueryError(sql_error(exc)) from None
 
 
 @contextlib.contextmanager
 def run_query(
-    sql: str, home: str | os.PathLike | None = None, con: duckdb.DuckDBPyConnection | None = None
+    sql: str | list[duckdb.Statement],
+    home: str | os.PathLike | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> Iterator[list[Result]]:
     """Check ``sql`` (read-only, one or more statements) and yield one :class:`Result` per statement.
 
-    Every statement is refused before any runs if one of them would write. Each result runs when
-    it is read, in order.
+    ``sql`` is SQL text or the statements :func:`check_read_only` returned for it, which are not
+    parsed again. Every statement is refused before any runs if one of them would write. Each
+    result runs when it is read, in order.
     """
-    queries = check_read_only(sql)
+    if isinstance(sql, str):
+        statements = check_read_only(sql)
+    else:
+        if not sql:
+            raise QueryError("no SQL statement given")
+        _refuse_writes(sql)  # (their types: no parsing)
+        statements = list(sql)
     own = con is None
     if own:
         from qkdb.api import connect
 
         con = connect(home, read_only=True)
     try:
-        yield [Result(con, q) for q in queries]
+        yield [Result(con, st) for st in statements]
     finally:
         if own:
             con.close()

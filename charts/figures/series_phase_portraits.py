@@ -88,6 +88,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     built = layer.properties(width=SIZE, height=SIZE).facet(
         facet=alt.Facet("panel:N", sort=panels, title=None, header=alt.Header(labelFontSize=11, labelLimit=SIZE + 20)),
         columns=min(COLUMNS, len(panels)), spacing=14,
+    ).resolve_axis(
+        # An axis per panel (the scale stays shared): a faceted grid's shared x axes sit in the
+        # footer of every column, so a last row with empty slots drew axes under nothing.
+        x="independent",
     ).properties(
         title=alt.TitleParams(
             "Phase portraits: PC0 r_q vs r_k per head at each checkpoint",

@@ -1,4 +1,4 @@
-"""Writing query results in every format `qkdb query` offers, streaming where the format allows."""
+"""Writing results (a query's rows, a command's record of facts) in every format, streaming where it can."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import IO
-
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from qkdb.cli.common import note, out_console
 from qkdb.errors import QueryError
@@ -178,3 +176,54 @@ def _csv_text(table: pa.Table, header: bool) -> str:
 
 def write_table(table: pa.Table, fmt: Format, output: Path | None = None) -> int:
     return write_result(TableResult(table), fmt, output)
+
+
+def record_rows(record: dict, prefix: str = "", human: bool = False) -> list[tuple[str, str]]:
+    """A (nested) dict as key/value rows of text, in its order: ``{"a": {"b": 1}}`` gives ``("a.b", "1")``.
+
+    A list is one row, its items joined by commas; None is an empty value. With ``human``, a count
+    of bytes (a key ending in ``_bytes``, or inside one) reads as ``1.3 MiB``.
+    """
+    rows: list[tuple[str, str]] = []
+    for k, v in record.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            rows += record_rows(v, key + ".", human)
+        elif isinstance(v, (list, tuple)):
+            rows.append((key, ",".join(str(x) for x in v)))
+        elif human and isinstance(v, int) and "_bytes" in key:
+            rows.append((key, human_size(v)))
+        else:
+            rows.append((key, "" if v is None else str(v)))
+    return rows
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes for people: ``512 B``, ``45.5 KiB``, ``1.3 MiB``."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+def write_record(record: dict, fmt: Format, output: Path | None = None) -> int:
+    """Write one record (a command's facts, e.g. `qkdb info`'s) in ``fmt``; returns the row count.
+
+    JSON keeps the record's nesting; every other format lists its :func:`record_rows` under the
+    columns ``key`` and ``value``, the same rows in the same order (the table's sizes for people).
+    """
+    if Format(fmt) is Format.json:
+        text = json.dumps(_jsonable(record), indent=2) + "\n"
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            Path(output).write_text(text, encoding="utf-8")
+        return 1
+    import pyarrow as pa
+
+    # The table is for people (sizes readable); the data formats keep the numbers.
+    rows = record_rows(record, human=Format(fmt) is Format.table)
+    table = pa.table({"key": pa.array([k for k, _ in rows], pa.string()), "value": pa.array([v for _, v in rows], pa.string())})
+    return write_table(table, fmt, output)

@@ -28,9 +28,11 @@ def query(
     """
     from qkdb.query import check_read_only, run_query
 
-    check_read_only(sql)  # a refused or malformed statement says so before the warehouse is opened
+    # Parsed once: a refused or malformed statement says so before the warehouse is opened, and
+    # the statements then run as parsed here.
+    statements = check_read_only(sql)
     con = open_warehouse(home)
-    with contextlib.closing(con), run_query(sql, con=con) as results:
+    with contextlib.closing(con), run_query(statements, con=con) as results:
         if len(results) > 1 and (output is not None or Format(format) not in (Format.table, Format.markdown)):
             raise QueryError(
                 f"{len(results)} statements, but --format {Format(format).value}"

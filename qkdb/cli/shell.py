@@ -8,16 +8,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Callable, TextIO
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Callable, TextIO
 
 import typer
 
 from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, err, note, open_warehouse
 from qkdb.cli.output import Format, TableResult, write_result
-from qkdb.query import Result
 from qkdb.errors import EXIT_CODES, QkdbError, QueryError, UsageError, WarehouseError
+from qkdb.query import Result
 from qkdb.warehouse import catalog_path, resolve_home
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
@@ -76,7 +75,7 @@ class Shell:
         try:
             statements = duckdb.extract_statements(sql)
         except duckdb.Error as exc:
-            self._error(str(exc).strip())
+            self._sql_error(exc)
             return
         for st in statements:
             kind = st.type.name
@@ -86,20 +85,20 @@ class Shell:
             try:
                 if _reads_intervals(st.query):
                     self._refresh_intervals()
+                # Each statement runs from its own text: DuckDB draws its caret only under the
+                # statement it ran, and a parsed later statement of a line has its place in the
+                # whole line.
                 if kind == "SELECT":  # streamed: a big result is printed as its first rows
-                    write_result(Result(self.con, st.query), self.fmt)
+                    write_result(Result(self.con, st.query, one_line=False), self.fmt)
                     continue
                 if self.completer is not None:  # it may create or drop names
                     self.completer.invalidate()
                 rel = self.con.sql(st.query)  # (other statements run here, at once)
                 if rel is not None:
                     write_result(TableResult(rel.to_arrow_table()), self.fmt)
-            except duckdb.Error as exc:
-                msg = str(exc).strip()
-                if "read-only" in msg.lower() or "read only" in msg.lower():
-                    msg = f"refused: the warehouse is read-only in the shell (temporary views are fine). {msg}"
-                self._error(msg)
-            except QkdbError as exc:  # a streamed result that fails as it is read (Result wraps DuckDB's error)
+            except duckdb.Error as exc:  # as it runs, or as its rows stream
+                self._sql_error(exc)
+            except QkdbError as exc:  # ours, e.g. while the findings' intervals are recomputed
                 self._error(str(exc))
 
     def _refresh_intervals(self) -> None:
@@ -110,9 +109,18 @@ class Shell:
         if ensure_intervals(self.con):
             err.print("(the findings' intervals were recomputed for this session's data and params)", markup=False)
 
+    def _sql_error(self, exc: duckdb.Error) -> None:
+        """Report a statement's DuckDB error in full: at a prompt, the caret under the statement shows where."""
+        msg = str(exc).strip()
+        if "read-only" in msg.lower() or "read only" in msg.lower():
+            msg = f"refused: the warehouse is read-only in the shell (temporary views are fine). {msg}"
+        self._error(msg)
+
     def _error(self, message: str) -> None:
         self.errors += 1
-        err.print(f"error: {message}", markup=False)
+        # soft_wrap: lines are left as they are (no re-wrapping at rich's width), so a caret stays
+        # under the text it points at.
+        err.print(f"error: {message}", markup=False, soft_wrap=True)
 
     # -- dot commands -------------------------------------------------------------------------
     def command(self, line: str) -> bool:

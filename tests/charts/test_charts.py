@@ -508,6 +508,14 @@ def test_series_phase_colours_and_checkpoint_order(specs):
         assert x["sort"] == ["stage1 40k", "stage1 2.4M", "lc-4k-to-32k 4k"]
 
 
+def test_series_phase_portraits_draw_an_x_axis_per_panel_on_one_scale(specs):
+    # A facet's shared x axes sit under every column of the last row, empty slots included; an axis
+    # per panel does not. The scale stays shared, so the panels compare.
+    spec = specs["series-phase-portraits"]
+    assert spec["resolve"]["axis"]["x"] == "independent"
+    assert "scale" not in spec["resolve"]
+
+
 def test_series_trajectory_medians_and_iqr(con, specs):
     rows = only_rows(specs["series-trajectory"])
     for model, _ in SERIES:

@@ -11,7 +11,8 @@ import pytest
 import typer
 
 from qkdb.cli.app import app
-from qkdb.errors import EXIT_CODES
+from qkdb.cli.output import human_size
+from qkdb.errors import EXIT_CODES, QueryError
 
 FACTS = ["--family", "Toy", "--gqa-ratio", "2", "--n-layers", "2"]
 
@@ -86,6 +87,54 @@ def test_sql_error_is_one_line_without_traceback(runner, dataset):
     assert "no_such_column" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "^" not in result.stderr  # no caret drawing
     assert result.stdout == ""
+
+
+def test_several_statements_print_in_turn_and_a_data_format_refuses_them(runner, dataset):
+    _ingest(runner, dataset)
+    both = runner.invoke(app, ["query", "select 'first' as a; select count(*) as n from heads"])
+    assert both.exit_code == 0, both.stderr
+    assert both.stdout.index("first") < both.stdout.index("8")  # the second result after the first
+    assert "-- statement 1 of 2" in both.stderr and "-- statement 2 of 2" in both.stderr
+    refused = runner.invoke(app, ["query", "select 1; select 2", "-f", "csv"])
+    assert refused.exit_code == EXIT_CODES["input"] and refused.stdout == ""
+    assert "2 statements, but --format csv" in refused.stderr
+
+
+def test_query_parses_its_sql_once(runner, dataset, monkeypatch):
+    import duckdb
+
+    _ingest(runner, dataset)
+    real, calls = duckdb.extract_statements, []
+
+    def counted(sql):  # DuckDB's own parser, counted
+        calls.append(sql)
+        return real(sql)
+
+    monkeypatch.setattr(duckdb, "extract_statements", counted)
+    sql = "select count(*) as n from heads; select 2 as two"
+    result = runner.invoke(app, ["query", sql, "-f", "markdown"])
+    assert result.exit_code == 0, result.stderr
+    assert "| 8 |" in result.stdout and "| 2 |" in result.stdout
+    assert calls == [sql]
+
+
+def test_parsed_statements_run_as_parsed(home):
+    import duckdb
+
+    from qkdb import api
+    from qkdb.query import check_read_only, run_query
+
+    api.connect(home, read_only=False).close()  # an empty warehouse
+    statements = check_read_only("select 40 + 2 as x; explain select 1")
+    with run_query(statements, home) as results:
+        assert [r.statement for r in results] == statements  # the parsed objects, not their text again
+        names, batches = results[0].rows()
+        assert names == ["x"] and list(batches) == [[(42,)]]
+        assert results[1].reader().read_all().column_names == ["explain_key", "explain_value"]
+    # Statements parsed elsewhere are still checked: a writing one is refused before any runs.
+    with pytest.raises(QueryError, match="refused: DELETE"):
+        with run_query(check_read_only("select 1") + duckdb.extract_statements("delete from heads"), home):
+            pass
 
 
 def test_unknown_model_suggests_close_names(runner, dataset):
@@ -177,6 +226,60 @@ def test_info_and_remove(runner, dataset, home):
     assert runner.invoke(app, ["remove", "--model", "toy"]).exit_code == 0
     again = runner.invoke(app, ["remove", "--model", "toy"])
     assert again.exit_code == EXIT_CODES["not_found"] and "holds no model yet" in again.stderr
+
+
+def _info_rows(fmt: str, text: str) -> list[tuple[str, str]]:
+    """The key/value rows `qkdb info -f FMT` printed, read back from its output."""
+    if fmt == "csv":
+        header, *rows = csv.reader(io.StringIO(text))
+        assert header == ["key", "value"]
+        return [tuple(r) for r in rows]
+    if fmt == "jsonl":
+        return [(d["key"], d["value"]) for d in map(json.loads, text.splitlines())]
+    if fmt == "markdown":
+        header, rule, *rows = text.splitlines()
+        assert header == "| key | value |" and rule == "|---|---|"
+        return [tuple(c.strip() for c in r.strip("|").split(" | ")) for r in rows]
+    lines = text.splitlines()  # table: a header row drawn with heavy bars, then the rows
+    assert [c.strip() for c in lines[1].strip("┃").split("┃")] == ["key", "value"]
+    return [tuple(c.strip() for c in r.strip("│").split("│")) for r in lines if r.startswith("│")]
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "jsonl", "markdown"])
+def test_info_lists_the_same_rows_in_every_format(runner, dataset, home, fmt):
+    from qkdb import api
+
+    _ingest(runner, dataset)
+    facts = api.info(home)
+    size = human_size if fmt == "table" else str  # the table is for people; the data keep bytes
+    expected = [
+        ("home", str(home)),
+        ("catalog", str(home / "qk.duckdb")),
+        ("catalog_bytes", size(facts["catalog_bytes"])),
+        ("models", "toy"),
+        *[(f"table_bytes.{t}", size(n)) for t, n in facts["table_bytes"].items()],
+        *[(f"versions.{lib}", v) for lib, v in facts["versions"].items()],
+    ]
+    assert "table_bytes.heads" in dict(expected) and "versions.duckdb" in dict(expected)
+    out = runner.invoke(app, ["info", "-f", fmt])
+    assert out.exit_code == 0, out.stderr
+    assert _info_rows(fmt, out.stdout) == expected
+
+
+def test_human_size():
+    assert [human_size(n) for n in (0, 1023, 1024, 1536, 5 * 2**20 + 2**19, 3 * 2**40)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.5 MiB", "3.0 TiB"]
+
+
+def test_info_as_json_keeps_the_nesting(runner, dataset, home):
+    from qkdb import api
+
+    _ingest(runner, dataset)
+    for args in (["-f", "json"], ["--json"]):
+        out = runner.invoke(app, ["info", *args])
+        assert out.exit_code == 0, out.stderr
+        assert json.loads(out.stdout) == api.info(home)
+        assert list(json.loads(out.stdout)) == ["home", "catalog", "catalog_bytes", "models", "table_bytes", "versions"]
 
 
 def test_home_option_overrides_environment(runner, dataset, tmp_path):

@@ -172,6 +172,55 @@ def test_prompts_go_to_stderr_when_stdout_is_redirected(warehouse, tmp_path):
     assert out.read_text() == '"answer"\n42\n'
 
 
+# A SELECT that fails on row 200,000, after its first rows have streamed (see the test below).
+FAILS_AS_IT_STREAMS = "select (case when range < 200000 then '1' else 'x' end)::int as v from range(300000)"
+
+
+def _caret_target(text: str) -> str:
+    """The text DuckDB's caret points at in the last ``LINE n: ...`` drawing of ``text``."""
+    lines = text.replace("\r", "").splitlines()
+    at = max(k for k, line in enumerate(lines) if line.startswith("LINE "))
+    start = lines[at + 1].index("^")
+    return lines[at][start : start + lines[at + 1].count("^")]
+
+
+def test_a_failing_statement_shows_duckdbs_message_with_its_caret_however_it_runs(warehouse):
+    import duckdb
+
+    from qkdb.query import BATCH_ROWS, Result
+
+    # One thread runs the query only as its rows are fetched: the conversion error comes from a
+    # fetch once a first batch has arrived, not from running the statement.
+    con = api.connect(warehouse, read_only=True)
+    try:
+        con.execute("set threads = 1")
+        _, batches = Result(con, FAILS_AS_IT_STREAMS, one_line=False).rows()
+        assert len(next(batches)) == BATCH_ROWS
+        with pytest.raises(duckdb.ConversionException):
+            next(batches)
+    finally:
+        con.close()
+
+    child = _shell(warehouse)
+    # A plain statement (run at once), a SELECT failing as it starts, a SELECT failing as it streams.
+    child.send("create temp view broken as\rselect layer, nope from heads;\r")
+    child.expect_exact(PROMPT)
+    assert "error: Binder Error: Referenced column \"nope\" not found" in child.before
+    assert "LINE 2: select layer, nope from heads" in child.before and _caret_target(child.before) == "nope"
+    child.send("select 1 as one; select lyer from heads;\r")
+    child.expect_exact(PROMPT)
+    assert "error: Binder Error: Referenced column \"lyer\" not found" in child.before
+    assert _caret_target(child.before) == "lyer"  # under the second statement's own text
+    child.send("set threads = 1;\r")
+    child.expect_exact(PROMPT)
+    child.send(f"{FAILS_AS_IT_STREAMS};\r")
+    child.expect_exact(PROMPT)
+    assert "error: Conversion Error: Could not convert string 'x' to INT32" in child.before
+    assert _caret_target(child.before) == "::int"
+    child.send("quit\r")
+    assert finish(child) == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # What Tab offers, from the real catalog
 # ---------------------------------------------------------------------------------------------
