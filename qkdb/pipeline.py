@@ -125,32 +125,78 @@ def _last_fingerprint(home: Path, model: str) -> str | None:
 
 def _publish(job: _Run, progress: Progress, refresh: bool = True) -> IngestResult:
     """Run the source's groups (yielded as their files arrive) through the engine and publish the model atomically."""
-    store, spec, options = warehouse.store, job.spec, job.options
+    spec, options = job.spec, job.options
     planned = job.source.planned  # fixes the collage sample before any group arrives
     collage = collage_heads(planned, options)
-    lock = store.acquire_model(job.home, spec.model, options.wait)
-    staging = outcomes = None
-    try:
+    with _publishing(job, progress, refresh=refresh) as publication:
         # Workers start on the first groups now: preparing the warehouse overlaps their work.
         outcomes = run_groups(job.source.groups(), spec, options, collage, job.workers)
-        store.cleanup_model(job.home, spec.model)
-        warehouse.ensure_catalog(job.home)
-        staging = store.Staging(job.home, spec.model)
-        progress("start", model=spec.model, total=len(planned))
-        staged = _stage_heads(job, outcomes, staging, progress)
-        run_id = _commit(job, staging, staged, progress)
-        staging = None
-        if refresh:  # (a batch refreshes once at its end)
-            progress("intervals", model=spec.model)
-            job.notes.extend(refresh_intervals(job.home))
-        progress("done", model=spec.model, heads=staged.done, skipped=len(staged.skipped))
-        return _result(job, run_id, staged)
-    finally:
-        if outcomes is not None:
+        try:
+            staging = publication.stage()
+            progress("start", model=spec.model, total=len(planned))
+            return publication.commit(_stage_heads(job, outcomes, staging, progress))
+        finally:
             outcomes.close()  # (an error: stops the pool)
-        if staging is not None:
-            staging.discard()
+
+
+@contextlib.contextmanager
+def _publishing(job: _Run, progress: Progress, *, refresh: bool):
+    """The frame of every publish of a model, computed here or on a cluster's worker: its lock held throughout.
+
+    Waits up to ``options.wait`` for the model's lock (busy otherwise), and gives a
+    :class:`_Publication` whose staging folder is discarded on any way out but its commit.
+
+    Parameters
+    ----------
+    refresh
+        Whether the commit refreshes the findings' intervals (a batch refreshes once at its end).
+    """
+    lock = warehouse.store.acquire_model(job.home, job.spec.model, job.options.wait)
+    publication = _Publication(job, progress, refresh)
+    try:
+        yield publication
+    finally:
+        if publication.staging is not None:
+            publication.staging.discard()
         lock.release()
+
+
+class _Publication:
+    """One model's publish under its lock (:func:`_publishing`): its staging folder, then its commit."""
+
+    def __init__(self, job: _Run, progress: Progress, refresh: bool) -> None:
+        self.job, self.progress, self.refresh = job, progress, refresh
+        self.staging = None  # (until it is published)
+
+    def stage(self):
+        """Remove what an earlier ingest left, make the catalog, and open the model's staging folder."""
+        home, model = self.job.home, self.job.spec.model
+        warehouse.store.cleanup_model(home, model)
+        warehouse.ensure_catalog(home)
+        self.staging = warehouse.store.Staging(home, model)
+        return self.staging
+
+    def commit(self, staged: _Staged) -> IngestResult:
+        """Add the model's row, publish the staged version in one step, log the run, refresh the intervals if asked."""
+        job, progress, staging = self.job, self.progress, self.staging
+        published = dt.datetime.now(dt.timezone.utc)
+        staging.add(warehouse.MODELS, _model_row(job, staged.head_dim, staged.done, published))
+        staging.close()
+        progress("publish", model=job.spec.model)
+        warehouse.store.publish(staging)
+        for reason, dropped in staged.bad_rows.items():
+            if dropped:
+                job.notes.append(_dropped_rows_note(reason, dropped))
+        try:
+            run_id = _log_run(job, published, staged.done, staged.skipped)
+        except OSError as exc:  # a full disk after the publish: the model is in, say so
+            raise from_os_error(exc, f"{job.spec.model} is published, but its ingest_runs row was not written") from exc
+        self.staging = None
+        if self.refresh:
+            progress("intervals", model=job.spec.model)
+            job.notes.extend(refresh_intervals(job.home))
+        progress("done", model=job.spec.model, heads=staged.done, skipped=len(staged.skipped))
+        return _result(job, run_id, staged)
 
 
 @dataclass
@@ -161,22 +207,6 @@ class _Staged:
     skipped: list[tuple[str, str]]
     head_dim: int | None
     bad_rows: dict[str, dict[str, int]]  # reason ('null', 'bad') -> file -> rows dropped
-
-
-def _commit(job: _Run, staging, staged: _Staged, progress: Progress) -> str:
-    """Add the model's row, publish the staged version in one step and log the run; returns the run id."""
-    published = dt.datetime.now(dt.timezone.utc)
-    staging.add(warehouse.MODELS, _model_row(job, staged.head_dim, staged.done, published))
-    staging.close()
-    progress("publish", model=job.spec.model)
-    warehouse.store.publish(staging)
-    for reason, dropped in staged.bad_rows.items():
-        if dropped:
-            job.notes.append(_dropped_rows_note(reason, dropped))
-    try:
-        return _log_run(job, published, staged.done, staged.skipped)
-    except OSError as exc:  # a full disk after the publish: the model is in, say so
-        raise from_os_error(exc, f"{job.spec.model} is published, but its ingest_runs row was not written") from exc
 
 
 def _result(job: _Run, run_id: str, staged: _Staged) -> IngestResult:
@@ -422,22 +452,11 @@ def _publish_computed(computed: _Computed, home: Path, cluster, progress: Progre
     if computed.unchanged:
         previous = store.last_run(home, model)
         return IngestResult(model, home, previous["run_id"] if previous else None, 0, 0, unchanged=True)
-    lock = store.acquire_model(home, model, job.options.wait)
-    staging = None
-    try:
-        store.cleanup_model(home, model)
-        warehouse.ensure_catalog(home)
-        staging = store.Staging(home, model)
+    with _publishing(job, progress, refresh=False) as publication:  # (run_on_cluster refreshes for the batch)
+        staging = publication.stage()
         for name, table in warehouse.unpack_tables(computed.tables).items():
             staging.write(warehouse.TABLES[name], table)
-        run_id = _commit(job, staging, computed.staged, progress)
-        staging = None
-        progress("done", model=model, heads=computed.staged.done, skipped=len(computed.staged.skipped))
-        return _result(job, run_id, computed.staged)
-    finally:
-        if staging is not None:
-            staging.discard()
-        lock.release()
+        return publication.commit(computed.staged)
 
 
 def _stage_heads(job: _Run, outcomes, staging, progress: Progress) -> _Staged:

@@ -4,7 +4,7 @@ Rooms::
 
     home.py       where the warehouse lives
     schema.py     every table and column, with its description (the data dictionary's source)
-    batches.py    rows into Arrow batches of a table's schema; a model's rows held in memory (ArrowRows), packed for the wire
+    batches.py    rows into Arrow batches of a table's schema, buffered per table (RowBuffer: Staging's and ArrowRows'); packed for the wire
     store.py      the parquet files: staging, atomic publish per model, locks, removal
     catalog.py    qk.duckdb: a view per table and per finding (sql/), the findings' intervals
     views.py      the finding views: parsing sql/*.sql, creating them, describing them

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -189,48 +190,118 @@ def _micros(x: dt.datetime) -> int:
     return (x - _EPOCH) // _MICROSECOND
 
 
-class ArrowRows:
-    """A model's rows held in memory as Arrow tables: what :class:`~qkdb.warehouse.store.Staging` would write.
+# Rows are converted and handed on in chunks of about this many: one conversion per head would
+# cost as much as the head; one for a whole model would hold every head's dicts at once. It is
+# also the row-group size of the files Staging writes (queries pay per row group).
+CHUNK_ROWS = 65_536
 
-    Has Staging's ``add``, so the code that stages a model's heads fills either. A cluster's
-    worker fills one and sends its :meth:`tables` to the driver through Ray's object store; the
-    driver writes them into its Staging (``Staging.write``) and publishes.
+
+class RowBuffer:
+    """Rows of several tables held per table and handed to a sink in chunks of ``chunk_rows`` rows or more.
+
+    The one place that batches a model's rows, for :class:`~qkdb.warehouse.store.Staging` (its sink
+    writes a row group) and :class:`ArrowRows` (its sink keeps the batches). Column dicts (one per
+    head) are converted together once per chunk (:func:`merge_columns`, :func:`to_batch`); Arrow
+    data is kept as given; rows keep the order they came in, in either form.
+
+    Parameters
+    ----------
+    chunk_rows
+        Rows to gather before the sink is called (it gets them all, possibly more).
+    sink
+        ``sink(table, batches, n)``: a chunk of ``table``, its record batches in order and their
+        ``n`` rows. Called from :meth:`add`/:meth:`write` when a chunk is full and from :meth:`flush`.
     """
 
-    # Column dicts are converted in chunks of about this many rows (Staging's row-group size):
-    # one conversion per head would cost as much as the head; one for the whole model holds
-    # every head's dicts at once.
-    CHUNK_ROWS = 65_536
-
-    def __init__(self) -> None:
+    def __init__(self, chunk_rows: int, sink: Callable[[Table, list[pa.RecordBatch], int], None]) -> None:
+        self.chunk_rows, self._sink = chunk_rows, sink
         self._tables: dict[str, Table] = {}
-        self._columns: dict[str, list[dict]] = {}
-        self._pending: dict[str, int] = {}
+        self._columns: dict[str, list[dict]] = {}  # column dicts not yet converted
         self._batches: dict[str, list[pa.RecordBatch]] = {}
+        self._pending: dict[str, int] = {}  # rows held in either form
+        self.rows: dict[str, int] = {}  # rows received, per table name
+
+    @property
+    def tables(self) -> list[Table]:
+        """Every table that received rows (zero rows included), in the order they first did."""
+        return list(self._tables.values())
 
     def add(self, table: Table, columns: dict) -> None:
         """Rows given as a column dict (scalars broadcast, absent columns NULL; see :func:`to_batch`)."""
-        check_columns(table, columns)
+        check_columns(table, columns)  # now, not when the chunk is converted
+        name = self._open(table)
+        self._columns[name].append(columns)
+        self._count(name, n_rows(columns))
+
+    def write(self, table: Table, data: pa.RecordBatch | pa.Table) -> None:
+        """Rows given as Arrow data that already has the table's schema."""
+        name = self._open(table)
+        self._convert(name)  # the dicts before it come first
+        self._batches[name].extend(data.to_batches() if isinstance(data, pa.Table) else [data])
+        self._count(name, data.num_rows)
+
+    def flush(self, table: Table) -> None:
+        """Hand what is held of ``table`` to the sink now (nothing when nothing is held)."""
+        name = table.name
+        self._convert(name)
+        if self._batches[name]:
+            self._sink(self._tables[name], self._batches[name], self._pending[name])
+            self._batches[name] = []
+        self._pending[name] = 0
+
+    def clear(self) -> None:
+        """Drop what is held, without handing it on (the counts in :attr:`rows` stay)."""
+        for held in (self._tables, self._columns, self._batches, self._pending):
+            held.clear()
+
+    def _open(self, table: Table) -> str:
         name = table.name
         if name not in self._tables:
-            self._tables[name], self._columns[name], self._pending[name], self._batches[name] = table, [], 0, []
-        self._columns[name].append(columns)
-        self._pending[name] += n_rows(columns)
-        if self._pending[name] >= self.CHUNK_ROWS:
-            self._convert(name)
+            self._tables[name], self._columns[name], self._batches[name] = table, [], []
+            self._pending[name] = self.rows[name] = 0
+        return name
+
+    def _count(self, name: str, n: int) -> None:
+        self.rows[name] += n
+        self._pending[name] += n
+        if self._pending[name] >= self.chunk_rows:
+            self.flush(self._tables[name])
 
     def _convert(self, name: str) -> None:
         if self._columns[name]:
             table = self._tables[name]
             self._batches[name].append(to_batch(table, merge_columns(table, self._columns[name])))
-            self._columns[name], self._pending[name] = [], 0
+            self._columns[name] = []
+
+
+class ArrowRows:
+    """A model's rows held in memory as Arrow tables: what :class:`~qkdb.warehouse.store.Staging` would write.
+
+    Has Staging's ``add`` (and batches rows as it does: a :class:`RowBuffer`), so the code that
+    stages a model's heads fills either. A cluster's worker fills one and sends its :meth:`tables`
+    to the driver through Ray's object store; the driver writes them into its Staging
+    (``Staging.write``) and publishes.
+    """
+
+    CHUNK_ROWS = CHUNK_ROWS
+
+    def __init__(self) -> None:
+        self._kept: dict[str, list[pa.RecordBatch]] = {}
+        self._buffer = RowBuffer(self.CHUNK_ROWS, self._keep)
+
+    def add(self, table: Table, columns: dict) -> None:
+        """Rows given as a column dict (scalars broadcast, absent columns NULL; see :func:`to_batch`)."""
+        self._buffer.add(table, columns)
+
+    def _keep(self, table: Table, batches: list[pa.RecordBatch], n: int) -> None:
+        self._kept.setdefault(table.name, []).extend(batches)
 
     def tables(self) -> dict[str, pa.Table]:
         """Every table that received rows, with its schema."""
         out = {}
-        for name, table in self._tables.items():
-            self._convert(name)
-            out[name] = pa.Table.from_batches(self._batches[name], schema=table.arrow_schema)
+        for table in self._buffer.tables:
+            self._buffer.flush(table)
+            out[table.name] = pa.Table.from_batches(self._kept.get(table.name, []), schema=table.arrow_schema)
         return out
 
 

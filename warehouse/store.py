@@ -29,7 +29,7 @@ from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
 from qkdb.warehouse.schema import TABLES, Table
-from qkdb.warehouse.batches import check_columns, empty_table, merge_columns, n_rows, to_batch
+from qkdb.warehouse.batches import CHUNK_ROWS, RowBuffer, empty_table
 
 from qkdb.warehouse.home import STORE, ingested_models  # noqa: F401  (ingested_models: part of the store's API)
 
@@ -101,25 +101,33 @@ def acquire_model(home: Path, model: str, wait: float = 0.0) -> FileLock:
 class Staging:
     """A model version being written: one streaming parquet writer per table.
 
-    Rows arrive one head at a time; they are buffered per table and written as row groups of
-    about ``ROW_GROUP_ROWS`` rows. One tiny row group per head would make every later query pay
-    per-row-group overhead (measured: head_metrics over 21 models, 4 s instead of 50 ms).
+    Rows arrive one head at a time; a :class:`~qkdb.warehouse.batches.RowBuffer` holds them per
+    table and hands them on as row groups of about ``ROW_GROUP_ROWS`` rows. One tiny row group per
+    head would make every later query pay per-row-group overhead (measured: head_metrics over 21
+    models, 4 s instead of 50 ms).
     """
 
-    ROW_GROUP_ROWS = 65_536
+    ROW_GROUP_ROWS = CHUNK_ROWS
 
     def __init__(self, home: Path, model: str):
         self.home, self.model = home, model
         self.dir = home / STAGING / f"{model}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self.dir.mkdir(parents=True)
         self._writers: dict[str, pq.ParquetWriter] = {}
-        self._batches: dict[str, list[pa.RecordBatch]] = {}
-        self._columns: dict[str, list[dict]] = {}  # per-head column dicts not yet converted
-        self._pending: dict[str, int] = {}  # rows buffered in either form
-        self._tables: dict[str, Table] = {}
-        self.rows: dict[str, int] = {}
+        self._buffer = RowBuffer(self.ROW_GROUP_ROWS, self._write_group)
+        self.rows = self._buffer.rows  # rows staged, per table name
 
-    def _open(self, table: Table) -> str:
+    def add(self, table: Table, columns: dict) -> None:
+        """Stage rows given as a column dict (scalars broadcast, absent columns NULL; see ``to_batch``)."""
+        self._buffer.add(table, columns)  # (checks the columns before the table's file is made)
+        self._writer(table)
+
+    def write(self, table: Table, batch: pa.RecordBatch | pa.Table) -> None:
+        """Stage rows given as Arrow data that already has the table's schema."""
+        self._writer(table)  # (a table of no batches at all still gets its file)
+        self._buffer.write(table, batch)
+
+    def _writer(self, table: Table) -> pq.ParquetWriter:
         name = table.name
         if name not in self._writers:
             (self.dir / name).mkdir()
@@ -127,56 +135,23 @@ class Staging:
                 self.dir / name / DATA, table.arrow_schema, compression="zstd",
                 use_dictionary=list(table.dictionary_columns),
             )
-            self._batches[name], self._columns[name], self._tables[name] = [], [], table
-            self._pending[name] = self.rows[name] = 0
-        return name
+        return self._writers[name]
 
-    def add(self, table: Table, columns: dict) -> None:
-        """Stage rows given as a column dict (scalars broadcast, absent columns NULL; see ``to_batch``)."""
-        check_columns(table, columns)  # now, not when the row group is converted
-        name = self._open(table)
-        n = n_rows(columns)
-        self._columns[name].append(columns)
-        self._count(name, n)
-
-    def write(self, table: Table, batch: pa.RecordBatch | pa.Table) -> None:
-        """Stage rows given as Arrow data that already has the table's schema."""
-        name = self._open(table)
-        self._convert(name)  # keep rows in the order they were staged
-        self._batches[name].extend(batch.to_batches() if isinstance(batch, pa.Table) else [batch])
-        self._count(name, batch.num_rows)
-
-    def _count(self, name: str, n: int) -> None:
-        self.rows[name] += n
-        self._pending[name] += n
-        if self._pending[name] >= self.ROW_GROUP_ROWS:
-            self._flush(name)
-
-    def _convert(self, name: str) -> None:
-        if self._columns[name]:
-            table = self._tables[name]
-            self._batches[name].append(to_batch(table, merge_columns(table, self._columns[name])))
-            self._columns[name] = []
-
-    def _flush(self, name: str) -> None:
-        self._convert(name)
-        buffered = self._batches[name]
-        if buffered:
-            with _writing(self.dir / name / DATA):
-                self._writers[name].write_table(
-                    pa.Table.from_batches(buffered, schema=self._tables[name].arrow_schema),
-                    row_group_size=max(self.ROW_GROUP_ROWS, self._pending[name]),
-                )
-            self._batches[name] = []
-        self._pending[name] = 0
+    def _write_group(self, table: Table, batches: list[pa.RecordBatch], n: int) -> None:
+        """The buffer's sink: one row group."""
+        writer = self._writer(table)
+        with _writing(self.dir / table.name / DATA):
+            writer.write_table(pa.Table.from_batches(batches, schema=table.arrow_schema),
+                               row_group_size=max(self.ROW_GROUP_ROWS, n))
 
     def close(self) -> None:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
         for table in TABLES.values():
             if table.versioned and table.name not in self._writers:
                 self.write(table, empty_table(table))
+        for table in self._buffer.tables:
+            self._buffer.flush(table)
         for name, w in self._writers.items():
-            self._flush(name)
             with _writing(self.dir / name / DATA):
                 w.close()
             _fsync_file(self.dir / name / DATA)
@@ -185,8 +160,7 @@ class Staging:
         _fsync_dir(self.dir)
 
     def discard(self) -> None:
-        self._batches.clear()
-        self._columns.clear()
+        self._buffer.clear()
         for w in self._writers.values():
             try:
                 w.close()

@@ -72,6 +72,79 @@ def test_staging_keeps_row_order_across_dicts_and_arrow_batches(tmp_path, monkey
     staging.discard()
 
 
+def _points(h: int, n: int, rng) -> dict:
+    cols = {"layer": 0, "head": h, "idx": np.arange(n), "kind": np.array(["q", "k"] * (n // 2) + ["q"] * (n % 2), dtype=object),
+            "position": np.arange(n), "pc0": rng.random(n), "pc1": np.where(rng.random(n) < 0.2, np.nan, rng.random(n))}
+    if h % 3 == 0:
+        cols["c0"] = rng.random(n)  # absent from the other heads: NULL there
+    return cols
+
+
+# Heads of these sizes, in chunks of 1000 rows: a row group as soon as 1000 are held, the rest at close.
+_SIZES, _GROUPS = [400, 0, 700, 300, 500, 900, 50], [(0, 3), (3, 6), (6, 7)]
+
+
+def _reference_file(path, table, groups: list[list[dict]] | None) -> bytes:
+    """What Staging must write, made independently: one zstd writer, a row group per chunk, each head converted alone."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, table.arrow_schema, compression="zstd", use_dictionary=list(table.dictionary_columns)) as w:
+        for chunk in groups or []:
+            data = _one_by_one(table, chunk)
+            w.write_table(data, row_group_size=max(1000, data.num_rows))
+    return path.read_bytes()
+
+
+def test_staging_writes_one_row_group_per_chunk_byte_for_byte(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(3)
+    heads = [_points(h, n, rng) for h, n in enumerate(_SIZES)]
+    monkeypatch.setattr(store.Staging, "ROW_GROUP_ROWS", 1000)
+    staging = store.Staging(tmp_path / "home", "toy")
+    for h, cols in enumerate(heads):
+        staging.add(POINTS, cols)
+        if h == 2:  # Arrow rows among the dicts keep their place
+            staging.write(ROTATION, to_batch(ROTATION, {"layer": 0, "head": h}))
+        else:
+            staging.add(ROTATION, {"layer": 0, "head": h})
+    staging.close()
+    f = pq.ParquetFile(staging.dir / "points" / store.DATA)
+    assert [f.metadata.row_group(i).num_rows for i in range(f.metadata.num_row_groups)] == [1100, 1700, 50]
+    ref = tmp_path / "ref.parquet"
+    assert (staging.dir / "points" / store.DATA).read_bytes() == _reference_file(ref, POINTS, [heads[a:b] for a, b in _GROUPS])
+    rotation = [[{"layer": 0, "head": h} for h in range(len(heads))]]
+    assert (staging.dir / "rotation" / store.DATA).read_bytes() == _reference_file(ref, ROTATION, rotation)
+    assert (staging.dir / "heads" / store.DATA).read_bytes() == _reference_file(ref, HEADS, None)  # no rows: no row group
+    assert (staging.rows["points"], staging.rows["rotation"], staging.rows["heads"]) == (sum(_SIZES), len(heads), 0)
+    staging.discard()
+
+
+def test_arrow_rows_chunk_rows_as_staging_does(tmp_path, monkeypatch):
+    # A cluster's worker holds a model's rows in ArrowRows: the same rows, chunked alike.
+    import pyarrow.parquet as pq
+
+    from qkdb.warehouse.batches import ArrowRows
+
+    rng = np.random.default_rng(3)
+    heads = [_points(h, n, rng) for h, n in enumerate(_SIZES)]
+    monkeypatch.setattr(ArrowRows, "CHUNK_ROWS", 1000)
+    monkeypatch.setattr(store.Staging, "ROW_GROUP_ROWS", 1000)
+    rows, staging = ArrowRows(), store.Staging(tmp_path, "toy")
+    for cols in heads:
+        rows.add(POINTS, cols)
+        staging.add(POINTS, cols)
+    with pytest.raises(KeyError, match="bogus"):
+        rows.add(POINTS, {"bogus": 1})
+    staging.close()
+    held = rows.tables()
+    assert list(held) == ["points"]
+    assert [b.num_rows for b in held["points"].to_batches()] == [1100, 1700, 50]
+    assert held["points"].equals(pq.read_table(staging.dir / "points" / store.DATA))
+    assert held["points"].equals(_one_by_one(POINTS, heads))
+    staging.discard()
+
+
 _CASES = [
     (pa.float64(), [0.5, None, float("nan"), -1e300]),
     (pa.float64(), np.array([1.0, np.nan, 3.0])),

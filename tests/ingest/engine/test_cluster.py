@@ -359,6 +359,35 @@ def test_a_damaged_model_fails_alone_naming_its_file(ray_head, tmp_path):
     _nothing_of(home, "damaged")
 
 
+@cluster
+def test_a_computed_model_is_published_under_its_lock_and_waits_for_it(ray_head, datasets, tmp_path):
+    import time
+
+    import ray
+
+    home = tmp_path / "home"
+    lock = store.acquire_model(home, "sim-1")  # another ingest or removal of sim-1 holds it
+    try:
+        t0 = time.monotonic()
+        busy = _on_cluster(ray_head, home, "--path", str(datasets[0]), "--path", str(datasets[1]))
+        to_lock = time.monotonic() - t0  # (the run that reaches the lock: the waiting one is released later)
+        assert busy.returncode == EXIT_CODES["busy"], busy.stderr
+        assert "error: sim-1: another qkdb process is ingesting or removing model 'sim-1'" in busy.stderr
+        assert store.ingested_models(home) == ["sim-2"]
+        _nothing_of(home, "sim-1")
+        waiting = subprocess.Popen(
+            [*QKDB, "ingest", "--path", str(datasets[0]), "--wait", "120", "--cluster", ray_head.address, "-q",
+             "--home", str(home)], stderr=subprocess.PIPE, text=True, env=ray_head.env)
+        time.sleep(to_lock + 2)
+        assert waiting.poll() is None  # still waiting for the lock
+    finally:
+        lock.release()
+    _, err = waiting.communicate(timeout=300)
+    assert waiting.returncode == 0, err
+    assert store.ingested_models(home) == ["sim-1", "sim-2"]
+    assert _runs(home) == [(f"sim-{i}", ray_head.address, ray.__version__) for i in (1, 2)]
+
+
 def _killer(head, task: str, times: int, killed: list, stop: threading.Event) -> threading.Thread:
     """Kill the worker running ``task`` each time one is seen, ``times`` times at most (SIGKILL: no clean-up)."""
 
