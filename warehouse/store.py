@@ -138,11 +138,18 @@ class Staging:
         return self._writers[name]
 
     def _write_group(self, table: Table, batches: list[pa.RecordBatch], n: int) -> None:
-        """The buffer's sink: one row group."""
+        """The buffer's sink: one row group, or several of about ``ROW_GROUP_ROWS`` for a big chunk.
+
+        A chunk of heads' rows is one group (it passes the size by at most a head's rows). Rows given
+        at once as a whole table (``write``: a model computed on a cluster's worker), twice the size
+        or more, are split into groups of between one and two times the size: one group of millions
+        of rows would leave DuckDB a single unit to scan such a file with.
+        """
         writer = self._writer(table)
+        groups = max(1, n // self.ROW_GROUP_ROWS)
         with _writing(self.dir / table.name / DATA):
             writer.write_table(pa.Table.from_batches(batches, schema=table.arrow_schema),
-                               row_group_size=max(self.ROW_GROUP_ROWS, n))
+                               row_group_size=max(1, -(-n // groups)))
 
     def close(self) -> None:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""

@@ -72,6 +72,24 @@ def test_staging_keeps_row_order_across_dicts_and_arrow_batches(tmp_path, monkey
     staging.discard()
 
 
+def test_staging_splits_a_whole_table_into_row_groups_of_about_the_size(tmp_path, monkeypatch):
+    # A model computed on a cluster's worker reaches Staging as whole tables: its files get row
+    # groups of about ROW_GROUP_ROWS, as a local ingest's do, not one group per table.
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(store.Staging, "ROW_GROUP_ROWS", 1000)
+    staging = store.Staging(tmp_path, "toy")
+    rows = [{"layer": 0, "head": h} for h in range(5500)]
+    staging.write(ROTATION, pa.Table.from_batches([to_batch(ROTATION, merge_columns(ROTATION, rows))]))
+    staging.write(HEADS, to_batch(HEADS, {"layer": 0, "head": 0}))
+    staging.close()
+    f = pq.ParquetFile(staging.dir / "rotation" / store.DATA)
+    sizes = [f.metadata.row_group(i).num_rows for i in range(f.metadata.num_row_groups)]
+    assert sizes == [1100] * 5 and f.read().column("head").to_pylist() == list(range(5500))
+    assert pq.ParquetFile(staging.dir / "heads" / store.DATA).metadata.num_row_groups == 1
+    staging.discard()
+
+
 def _points(h: int, n: int, rng) -> dict:
     cols = {"layer": 0, "head": h, "idx": np.arange(n), "kind": np.array(["q", "k"] * (n // 2) + ["q"] * (n % 2), dtype=object),
             "position": np.arange(n), "pc0": rng.random(n), "pc1": np.where(rng.random(n) < 0.2, np.nan, rng.random(n))}
