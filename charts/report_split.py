@@ -88,6 +88,7 @@ class Helper:
 
     def __init__(self, pid: int, fd: int):
         self.pid, self.fd = pid, fd
+        self.failure: str | None = None  # why its share was not used, once :meth:`results` said {}
 
     @classmethod
     def start(cls, open_con: Callable[[], duckdb.DuckDBPyConnection], models=None, series=None) -> Helper | None:
@@ -119,10 +120,18 @@ class Helper:
                 chunks.append(chunk)
         self._reap()
         try:
-            seen, made = pickle.loads(b"".join(chunks))
+            message = pickle.loads(b"".join(chunks))
         except Exception:  # nothing or a torn message: the helper died; the parent builds its share
+            self.failure = "it ended without a result"
             return {}
-        return made if list(seen) == list(labels) else {}
+        if message[0] == "failed":
+            self.failure = message[1]
+            return {}
+        _, seen, made = message
+        if list(seen) != list(labels):
+            self.failure = "it saw other models or series (an ingest or removal landed as the report started)"
+            return {}
+        return made
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -163,11 +172,15 @@ def _child(fd: int, open_con, models, series) -> None:  # pragma: no cover - run
         with shared(), single_threaded(con):
             made = {i: make_figure(con, jobs[i][0], jobs[i][1]) for i in sorted(share(labels))}
         con.close()
-        with os.fdopen(fd, "wb") as f:
-            f.write(pickle.dumps((labels, made), protocol=pickle.HIGHEST_PROTOCOL))
+        payload = pickle.dumps(("made", labels, made), protocol=pickle.HIGHEST_PROTOCOL)
         code = 0
-    except BaseException:  # a Ctrl-C or a bug: the parent sees no message and builds the share itself
-        pass
+    except BaseException as exc:  # a Ctrl-C or a bug: the parent builds the share itself, and says why
+        payload = pickle.dumps(("failed", f"{type(exc).__name__}: {exc}".rstrip(": ")))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+    except BaseException:  # (the parent is gone: nothing to tell)
+        code = 1
     finally:
         # Never back into the caller's code (the CLI, pytest): no atexit handlers, no flushing of
         # buffers inherited from the parent.

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, check_warehouse, open_warehouse
+from qkdb.cli.common import HomeOption, check_warehouse, note, open_warehouse
 from qkdb.errors import ChartError
 
 ModelOption = Annotated[
@@ -122,6 +122,8 @@ def report(
             con.close()
         if helper is not None:
             helper.close()
+    if helper is not None and helper.failure:
+        note(f"note: the report's second process did not help ({helper.failure}); its figures were built here")
     if output is None:
         sys.stdout.write(result.html)
     else:

@@ -37,10 +37,12 @@ def prepared(home=HOME):
 """
 
 
-def run(script: str, *args) -> str:
+def run(script: str, *args, stderr: list | None = None) -> str:
     done = subprocess.run([sys.executable, "-c", PREAMBLE + textwrap.dedent(script), *map(str, args)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    if stderr is not None:
+        stderr.append(done.stderr)
     return done.stdout
 
 
@@ -97,15 +99,20 @@ def test_a_failed_helper_leaves_the_page_unchanged(chart_home, bare_home, broken
     # A helper whose connection fails, or that sees other models (an ingest published between the
     # two opens), sends nothing usable: the parent builds its share itself.
     opener = {"raises": "lambda: 1 / 0", "other data": "lambda: prepared(sys.argv[2])"}[broken]
+    said: list[str] = []
     html = run(f"""
         first, helper = report_split.Helper.start({opener}), report_split.Helper.start({opener})
         assert first is not None and helper is not None
         con = prepared()
         assert first.results([_label(j) for j in _jobs(con, None, None)]) == {{}}
+        sys.stderr.write(first.failure)
         sys.stdout.write(build_report(con, title="qkdb report", helper=helper).html)
         helper.close()
-    """, chart_home, bare_home)
+    """, chart_home, bare_home, stderr=said)
     assert undated(html) == undated(serial_page(chart_home))
+    # Why the helper did not help, for the CLI's note.
+    assert said[0] == {"raises": "ZeroDivisionError: division by zero",
+                       "other data": "it saw other models or series (an ingest or removal landed as the report started)"}[broken]
 
 
 def test_no_helper_on_one_core_or_with_threads_running(chart_home):
@@ -127,7 +134,7 @@ def test_cli_report_with_its_helper_is_the_single_process_page(chart_home, tmp_p
     done = subprocess.run([sys.executable, "-m", "qkdb", "report", "--home", str(chart_home), "-o", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "did not help" not in done.stderr  # the helper's share was used
     # Every figure's progress line is said once, the helper's share included.
     shown = int(re.search(r"(\d+) figure\(s\)", done.stderr).group(1))
     assert shown == 22 and len(re.findall(r"^  ok ", done.stderr, flags=re.MULTILINE)) == shown
