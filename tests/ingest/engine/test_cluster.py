@@ -407,8 +407,9 @@ def _killer(head, task: str, times: int, killed: list, stop: threading.Event) ->
 
 
 def _big(tmp_path, name):
-    # Large enough that its task runs for a few seconds: long enough to be killed mid-way.
-    return _simulated(tmp_path, name, seed=7, layers=4, q_heads=8, vectors=3000, d=64)
+    # Its task must run long enough to be killed mid-way on every try: with 4 layers (~0.6 s) a
+    # killer polling a loaded machine sometimes missed one; 8 layers take ~1.2 s.
+    return _simulated(tmp_path, name, seed=7, layers=8, q_heads=8, vectors=3000, d=64)
 
 
 @cluster
