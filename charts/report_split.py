@@ -37,23 +37,13 @@ COST = {
 # What the parent does besides its share: the findings, the lead, the page, unpickling the share.
 
 
-def worth_forking() -> bool:
-    """True on Linux with two or more usable cores (whether a helper may be forked *now*: :func:`available`)."""
+def available() -> bool:
+    """True where a helper may be forked now: Linux, two or more usable cores, one thread running."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return False
     try:
-        return len(os.sched_getaffinity(0)) >= 2
-    except OSError:
-        return False
-
-
-def available() -> bool:
-    """True where a helper may be forked now: :func:`worth_forking`, and one thread running."""
-    if not worth_forking():
-        return False
-    try:
         # Native threads count (DuckDB's, BLAS's), not only Python's.
-        return len(os.listdir("/proc/self/task")) == 1
+        return len(os.sched_getaffinity(0)) >= 2 and len(os.listdir("/proc/self/task")) == 1
     except OSError:
         return False
 
@@ -83,7 +73,7 @@ class Helper:
 
     Start it with :meth:`start` before this process opens any DuckDB database; pass it to
     :func:`qkdb.charts.report.build_report`, which asks for its share (:meth:`share`) and
-    collects it (:meth:`results`); :meth:`close` reaps it (always call it: a ``with`` block does).
+    collects it (:meth:`results`); :meth:`close` reaps it (always call it, in a ``finally``).
     """
 
     def __init__(self, pid: int, fd: int):
@@ -151,12 +141,6 @@ class Helper:
             except ChildProcessError:
                 pass
             self.pid = 0
-
-    def __enter__(self) -> Helper:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _child(fd: int, open_con, models, series) -> None:  # pragma: no cover - runs in the child
