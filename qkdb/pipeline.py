@@ -21,8 +21,8 @@ from pathlib import Path
 
 from qkdb import warehouse
 from qkdb.ingest import (
-    VALUE_BOUND, HeadSelection, check_rope, collage_heads, default_workers, discover, open_source, read_metadata,
-    resolve_spec, run_groups, spec_notes, tune_ingest_process,
+    VALUE_BOUND, HeadSelection, collage_heads, default_workers, discover, open_source, read_metadata, resolve_spec,
+    rope_layout, run_groups, spec_notes, tune_ingest_process,
 )
 from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
 from qkdb._version import version
@@ -71,7 +71,10 @@ def fingerprint(data: str, spec, options) -> str:
 
 
 def _parameters(spec, options) -> dict:
-    return options.parameters(spec.rope_theta, spec.rope_pairing, spec.rope_scaling)
+    out = options.parameters(spec.rope_theta, spec.rope_pairing, spec.rope_scaling)
+    # The facts the options gave, so that a later check of the model's RoPE (stale_models) resolves it as this run did.
+    out["facts_given"] = {k: v for k, v in options.facts().items() if v is not None}
+    return out
 
 
 def _plan(path: Path | None, name: str | None, options, *, kind: str | None, home: Path | None,
@@ -84,12 +87,8 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     metadata = read_metadata(path) if path is not None else {}
     spec = resolve_spec(name, metadata, **options.facts())
     warehouse.store.check_model_name(spec.model)
-    if options.rope_theta is not None or options.rope_scaling is not None:
-        # RoPE given for the whole model replaces the capture's per-layer RoPE.
-        from dataclasses import replace
-
-        spec = replace(spec, layer_rope_theta=None, layer_rope_scaling=None)
-    check_rope(spec, options)
+    spec = rope_layout.reconcile_options(spec, options, metadata)
+    rope_notes = rope_layout.check_rope(spec, options)
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the planning and warehouse work below.
     tune_ingest_process(workers)
@@ -98,7 +97,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
         endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token, discovery=found,
     )
     fp = fingerprint(source.fingerprint(), spec, options)
-    notes = [f"ignored folder {p}" for p in source.ignored] + spec_notes(spec, options.complement)
+    notes = [f"ignored folder {p}" for p in source.ignored] + spec_notes(spec, options.complement) + rope_notes
     return _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes)
 
 
@@ -532,8 +531,16 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         name: [list(value)] for name in ("layer_rope_theta", "layer_rope_scaling")
         if (value := getattr(spec, name)) is not None
     }
+    planes = head_dim and job.options.complement
+    layouts = rope_layout.layout_columns(rope_layout.model_layouts(spec, head_dim)) if planes else {}
+    for name in ("rope_inv_freq", "layer_rope_inv_freq"):
+        if layouts.get(name) is not None:
+            per_layer[name] = [layouts.pop(name)]
+        layouts.pop(name, None)
     return {
         **per_layer,
+        **layouts,
+        "attention_scale": spec.attention_scale,
         "family": spec.family, "in_paper": spec.in_paper, "hf_model": spec.hf_model,
         "model_revision": spec.model_revision, "n_layers": spec.n_layers, "n_q_heads": spec.n_q_heads,
         "n_kv_heads": spec.n_kv_heads, "gqa_ratio": spec.gqa_ratio, "head_dim": head_dim,

@@ -147,7 +147,7 @@ def arrow_array(values, arrow_type: pa.DataType) -> pa.Array:
             and all(x is None or isinstance(x, dt.datetime) for x in items)):
         micros = [None if x is None else _micros(x) for x in items]
         return arrow_array(micros, pa.int64()).view(arrow_type)
-    if pa.types.is_list(arrow_type) and arrow_type.value_type in _NUMPY_TYPES and pa.types.is_integer(arrow_type.value_type):
+    if pa.types.is_list(arrow_type) and arrow_type.value_type in _NUMPY_TYPES:
         valid = np.array([x is not None for x in items], dtype=bool)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum([0 if x is None else len(x) for x in items], out=offsets[1:])

@@ -15,6 +15,7 @@ from qkdb.ingest.metrics.pca import combined_pca, qk_accuracy
 from qkdb.ingest.metrics.points import sample_points
 from qkdb.ingest.metrics.rope_planes import rope_planes, strongest_plane
 from qkdb.ingest.metrics.rotation import planar_rotation
+from qkdb.ingest.engine.rope_layout import RopeLayout
 
 
 @dataclass
@@ -40,10 +41,8 @@ class HeadContext:
     collage: bool  # store complement scores in `points`
     # False for a model without rotary embeddings: no frequencies exist, the RoPE-plane stage is skipped
     rope_planes: bool = True
-    # The layer's RoPE (its own where the model's layers differ, as Gemma3's): None theta, fitted
-    rope_theta: float | None = None
-    rope_scaling: str | None = None  # transformers-style JSON
-    rope_pairing: str = "half"
+    # The layer's RoPE layout (rope_layout.layer_layout); None: no RoPE planes for this head
+    rope: RopeLayout | None = None
 
 
 @dataclass
@@ -58,19 +57,6 @@ class HeadRows:
     # (a key file serves several query heads: keyed by file, it is counted once)
     bad_rows_dropped: dict[str, int] = field(default_factory=dict)
     null_rows_dropped: dict[str, int] = field(default_factory=dict)  # file -> rows with a null vector or position
-
-
-def check_rope(spec, options: IngestOptions) -> None:
-    """Refuse an unusable RoPE scaling (the model's or a layer's) once, up front, rather than once per head."""
-    from qkdb.ingest.metrics.rope_planes import rope_frequencies
-
-    if not options.complement or spec.rope == "none":
-        return
-    if spec.rope_theta is not None:
-        rope_frequencies(2, spec.rope_theta, spec.rope_scaling)
-    for theta, scaling in set(zip(spec.layer_rope_theta or (), spec.layer_rope_scaling or ())):
-        if theta is not None:
-            rope_frequencies(2, theta, scaling)
 
 
 def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...]) -> KindData:
@@ -184,13 +170,13 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         pooled = pool(q.moments, k.moments)
         rope = comp = None
         # (a model without RoPE: no rows, said once per model by the ingest, not once per head)
-        if ctx.rope_planes and d % 2 == 0:
+        if ctx.rope is not None:
             rope = rope_planes(
-                Q, t_q, K, t_k, rope_theta=ctx.rope_theta, pairing=ctx.rope_pairing,
-                rope_scaling=ctx.rope_scaling, max_fit=options.fit_rows, rng=stream(52), cov=pooled.cov,
+                Q, t_q, K, t_k, **ctx.rope.planes_kwargs(), max_fit=options.fit_rows, rng=stream(52),
+                cov=pooled.cov,
             )
             rows.tables["rope_planes"] = {"layer": ctx.layer, "head": ctx.head, **rope}
-        elif ctx.rope_planes:
+        elif ctx.rope_planes and d % 2:
             rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: head_dim {d} is odd; no RoPE planes")
         if rot.a is not None and rot.b is not None:
             given = rope is not None and rope["omega_source"][0] == "given"

@@ -8,6 +8,7 @@ groups whatever the model size.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -19,6 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from qkdb.errors import QkdbError
 from qkdb.ingest.engine.head import HeadContext, HeadRows, compute_head, prepare
+from qkdb.ingest.engine.rope_layout import RopeLayout, layer_layout
 from qkdb.ingest.sources.layout import read_head
 from qkdb.ingest.sources.plan import HeadGroup
 from qkdb.ingest.options import IngestOptions
@@ -40,7 +42,7 @@ def collage_heads(heads: list[tuple[int, int]], options: IngestOptions) -> set[t
     return chosen | set(options.collage)
 
 
-def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool) -> HeadContext:
+def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool, head_dim: int) -> HeadContext:
     n_layers = spec.n_layers or (layer + 1)
     depth = layer / (n_layers - 1) if n_layers > 1 else 0.0
     return HeadContext(
@@ -52,17 +54,13 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         is_nope=layer in spec.nope_layers or spec.rope == "none",
         collage=collage,
         rope_planes=spec.rope != "none",
-        **_layer_rope(spec, layer),
+        rope=_layer_layout(spec, layer, head_dim),
     )
 
 
-def _layer_rope(spec: ModelSpec, layer: int) -> dict:
-    """The layer's RoPE: its own (rope_theta, rope_scaling) where the model's layers differ, else the model's."""
-    theta, scaling = spec.rope_theta, spec.rope_scaling
-    if spec.layer_rope_theta is not None and layer < len(spec.layer_rope_theta):
-        theta = spec.layer_rope_theta[layer]
-        scaling = spec.layer_rope_scaling[layer] if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None
-    return {"rope_theta": theta, "rope_scaling": scaling, "rope_pairing": spec.rope_pairing}
+@functools.lru_cache(maxsize=256)
+def _layer_layout(spec: ModelSpec, layer: int, head_dim: int) -> RopeLayout | None:
+    return layer_layout(spec, layer, head_dim)  # once per layer and worker, not per head
 
 
 def process_group(
@@ -77,7 +75,7 @@ def process_group(
     for qf in group.queries:
         try:
             q = prepare(read_head(qf.path), str(qf.path), options, (qf.layer, qf.head, 0))
-            ctx = _context(spec, qf.layer, qf.head, group.kv_head, (qf.layer, qf.head) in collage)
+            ctx = _context(spec, qf.layer, qf.head, group.kv_head, (qf.layer, qf.head) in collage, q.moments.d)
             out.append(HeadOutcome(qf.layer, qf.head, rows=compute_head(q, k, ctx, options)))
         except QkdbError as exc:
             out.append(HeadOutcome(qf.layer, qf.head, error=str(exc)))

@@ -161,14 +161,17 @@ def rope_planes(
     K: np.ndarray,
     t_k: np.ndarray,
     *,
-    rope_theta: float | None,
+    rope_theta: float | None = None,
     pairing: str = "half",
     rope_scaling=None,
+    omega: np.ndarray | None = None,
+    rotary_dims: int | None = None,
+    rotary_offset: int = 0,
     max_fit: int | None = MAX_FIT,
     rng: np.random.Generator,
     cov: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """The ``rope_planes`` rows of one head: one per RoPE plane ``j < d/2``.
+    """The ``rope_planes`` rows of one head: one per RoPE plane ``j < r/2`` of the ``r`` rotated dims.
 
     Parameters
     ----------
@@ -177,12 +180,20 @@ def rope_planes(
     t_q, t_k : ndarray
         Token positions.
     rope_theta : float or None
-        RoPE base. None: ω_j is fitted per plane (``omega_source = 'fitted'``) as the ω ≥ 0
-        maximising the Q/K-weighted coherence ``(n_q ρ_Q² + n_k ρ_K²)/N``, and the p-values pay for
-        that search (Davies' bound over [0, π]).
+        RoPE base: ``ω_j = rope_theta^(−2j/r)`` rescaled by ``rope_scaling`` (:func:`rope_frequencies`).
+        Ignored when ``omega`` is given. Neither: ω_j is fitted per plane (``omega_source =
+        'fitted'``) as the ω ≥ 0 maximising the Q/K-weighted coherence ``(n_q ρ_Q² + n_k ρ_K²)/N``,
+        and the p-values pay for that search (Davies' bound over [0, π]).
     pairing : {"half", "interleaved"}
+        How the rotated dims pair up, within their slice (:func:`plane_coordinates`).
     rope_scaling : dict or JSON str, optional
         See :func:`rope_frequencies`. Ignored when ``rope_theta`` is None.
+    omega : ndarray of shape (r/2,), optional
+        The planes' frequencies as the model applied them (a capture's recorded ``inv_freq``).
+    rotary_dims, rotary_offset : int, optional
+        RoPE turns the dims ``[rotary_offset, rotary_offset + rotary_dims)`` (partial rotary:
+        GPT-NeoX, Phi, StableLM turn the first ``r``; MLA the last); default every dim. The other
+        dims are not RoPE planes and get no rows.
     max_fit : int or None
         Pooled rows (seeded subsample) for the phase statistics and radii; None uses all.
     rng : numpy.random.Generator
@@ -200,10 +211,18 @@ def rope_planes(
     """
     Q, t_q, K, t_k = head_arrays(Q, t_q, K, t_k)
     (n_q, d), n_k = Q.shape, K.shape[0]
-    re_idx, im_idx = plane_coordinates(d, pairing)
-    J = d // 2
+    r = d if rotary_dims is None else int(rotary_dims)
+    off = int(rotary_offset)
+    if rotary_dims is None and d % 2:
+        raise InputError(f"head_dim {d} is odd: RoPE planes need an even dimension")
+    if r < 2 or r % 2 or off < 0 or off + r > d:
+        raise InputError(f"RoPE over dims [{off}, {off + r}) does not fit a {d}-dimensional head in planes")
+    re_idx, im_idx = plane_coordinates(r, pairing)
+    re_idx, im_idx = re_idx + off, im_idx + off
+    J = r // 2
     # The two coordinates of every plane as strided views (no copies).
-    re_sl, im_sl = (slice(0, J), slice(J, d)) if pairing == "half" else (slice(0, d, 2), slice(1, d, 2))
+    re_sl, im_sl = ((slice(off, off + J), slice(off + J, off + r)) if pairing == "half"
+                    else (slice(off, off + r, 2), slice(off + 1, off + r, 2)))
 
     if cov is not None:
         var = np.diag(np.asarray(cov, dtype=np.float64))
@@ -223,13 +242,18 @@ def rope_planes(
     uq, rq = _unit(Xq[:, re_sl], Xq[:, im_sl])
     uk, rk = _unit(Xk[:, re_sl], Xk[:, im_sl])
 
-    if rope_theta is None:
+    if omega is not None:
+        source = "given"
+        omega = np.asarray(omega, dtype=np.float64).reshape(-1)
+        if omega.shape != (J,) or not np.all(np.isfinite(omega)) or np.any(omega < 0):
+            raise InputError(f"RoPE frequencies: expected {J} finite values >= 0 (one per plane), got {omega.shape[0]}")
+    elif rope_theta is None:
         source = "fitted"
         omega, _ = fit_frequency(uq, tq, uk, tk, signed=False)
         omega = np.nan_to_num(omega, nan=0.0)  # positions that do not vary: nothing to fit
     else:
         source = "given"
-        omega = rope_frequencies(d, rope_theta, rope_scaling)
+        omega = rope_frequencies(r, rope_theta, rope_scaling)
     turns = omega * span / (2.0 * math.pi)
     # Only planes that turn at least once can be rotating: the others are not tested, so that
     # Holm's family is the planes a flag could be about (and the test costs nothing for them).

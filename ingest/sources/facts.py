@@ -44,8 +44,10 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
             captured = _metadata_facts({k: metadata.get(k) for k in _CAPTURE_FACTS})
             base = replace(base, **{k: captured[k] if captured[k] is not None else _SPEC_DEFAULTS[k]
                                     for k in _CAPTURE_FACTS})
+            base = _unestablished_pairing(base, metadata)
     else:
         base, base_origin = ModelSpec(model=name).with_overrides(**facts), METADATA_FILE
+        base = _unestablished_pairing(base, metadata)
     # Where each head count comes from, for the messages (a ratio derived from the counts: from theirs).
     origin = {f: base_origin for f in registry.HEAD_COUNTS if getattr(base, f) is not None}
     origin.update({f: flag for f, flag in registry.HEAD_COUNTS.items() if f in given})
@@ -67,7 +69,11 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
 
 
 # Facts a dataset's qkdb_dataset.json records about its own vectors, which the registry cannot know.
-_CAPTURE_FACTS = ("rope", "layer_rope_theta", "layer_rope_scaling", "position_scaling")
+# (RoPE's layout as the capture established it from the model: pairing, rotated slice, frequencies.)
+_CAPTURE_FACTS = (
+    "rope", "layer_rope_theta", "layer_rope_scaling", "position_scaling", "rope_pairing", "rotary_dims",
+    "rotary_offset", "rope_inv_freq", "layer_rope_inv_freq", "attention_scale",
+)
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
 
 
@@ -78,9 +84,13 @@ def _metadata_facts(facts: dict) -> dict:
     def as_json(v):
         return v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
 
-    for key in ("nope_layers", "layer_rope_theta"):
+    for key in ("nope_layers", "layer_rope_theta", "rope_inv_freq"):
         if isinstance(facts.get(key), list):
             facts[key] = tuple(facts[key])
+    if isinstance(facts.get("layer_rope_inv_freq"), list):
+        facts["layer_rope_inv_freq"] = tuple(
+            tuple(v) if isinstance(v, list) else None for v in facts["layer_rope_inv_freq"]
+        )
     if isinstance(facts.get("layer_rope_scaling"), list):
         facts["layer_rope_scaling"] = tuple(as_json(v) for v in facts["layer_rope_scaling"])
     for key in ("rope_scaling", "position_scaling"):
@@ -90,6 +100,18 @@ def _metadata_facts(facts: dict) -> dict:
     if rope is not None and rope not in ("rotary", "none"):
         raise InputError(f"{METADATA_FILE}: rope must be 'rotary' or 'none', got {rope!r}")
     return facts
+
+
+def _unestablished_pairing(spec: ModelSpec, metadata: dict) -> ModelSpec:
+    """A capture that recorded its RoPE layout but no pairing could not establish one: keep that unknown.
+
+    (Only captures that record ``rope_inv_freq`` say so; an older dataset's missing pairing means
+    rotate-half, the only layout they were written with.)
+    """
+    rotary = spec.rope != "none"
+    if rotary and "rope_inv_freq" in metadata and metadata.get("rope_pairing") is None:
+        return replace(spec, rope_pairing=None)
+    return spec
 
 
 def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:

@@ -25,8 +25,19 @@ class ModelSpec:
     gqa_ratio: int | None = None
     head_dim: int | None = None
     rope_theta: float | None = None
-    rope_pairing: str = "half"
+    # 'half' (rotate-half) or 'interleaved'; None: a capture that could not establish it (no RoPE planes then)
+    rope_pairing: str | None = "half"
     rope_scaling: str | None = None  # JSON text
+    rope_scaling_source: str | None = None  # where the registry's rope_scaling comes from (models.csv)
+    # RoPE turns head dims [rotary_offset, rotary_offset + rotary_dims); None: every dim (or the
+    # partial_rotary_factor an older capture left in rope_scaling)
+    rotary_dims: int | None = None
+    rotary_offset: int = 0
+    # the frequencies (rad/token) the model applied, recorded by its capture: the global layers', and
+    # each layer's where they differ (None entries: layers without RoPE); None: not recorded
+    rope_inv_freq: tuple[float, ...] | None = None
+    layer_rope_inv_freq: tuple[tuple[float, ...] | None, ...] | None = None
+    attention_scale: float | None = None  # the scaling attention was called with (recorded by a capture)
     nope_layers: tuple[int, ...] = ()
     # "rotary", or "none" for a model without rotary position embeddings (then every layer is in nope_layers)
     rope: str = "rotary"
@@ -151,6 +162,14 @@ def _int(v: str) -> int | None:
     return int(v) if v.strip() else None
 
 
+def _json_text(v: str) -> str | None:
+    """A registry cell holding a JSON object, normalised (sorted keys) as every spec keeps JSON; None when empty."""
+    if not v or not v.strip():
+        return None
+    value = json.loads(v)
+    return json.dumps(value, sort_keys=True) if value else None
+
+
 def _row_to_spec(row: dict[str, str]) -> ModelSpec:
     n_q, n_kv = _int(row["n_q_heads"]), _int(row["n_kv_heads"])
     return ModelSpec(
@@ -167,6 +186,8 @@ def _row_to_spec(row: dict[str, str]) -> ModelSpec:
         gqa_ratio=n_q // n_kv if n_q and n_kv else None,
         head_dim=_int(row["head_dim"]),
         rope_theta=float(row["rope_theta"]) if row["rope_theta"].strip() else None,
+        rope_scaling=_json_text(row.get("rope_scaling", "")),
+        rope_scaling_source=(row.get("rope_scaling_source") or "").strip() or None,
         nope_layers=tuple(int(x) for x in row["nope_layers"].split(";") if x.strip()),
         position_scaling=(json.dumps(HUB_POSITION_SCALING[row["family"]], sort_keys=True)
                           if row["family"] in HUB_POSITION_SCALING else None),

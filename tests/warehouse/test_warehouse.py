@@ -193,16 +193,28 @@ def test_registry_model_from_local_path_uses_registry_facts(tmp_path, home):
         con.close()
 
 
-def test_unusable_rope_scaling_is_refused_before_any_work(dataset, home):
-    with pytest.raises(qkdb.QkdbError, match="dynamic"):
-        qkdb.ingest(dataset, "toy", workers=1, rope_theta=10000.0, rope_scaling={"rope_type": "dynamic", "factor": 2.0}, **FACTS)
-    assert not store.is_ingested(home, "toy")
+def test_length_dependent_rope_scaling_fits_frequencies_and_malformed_scaling_is_refused(dataset, home):
+    # dynamic NTK (and longrope) change the frequencies with each text's length: with nothing recorded
+    # about which were used, the planes' frequencies are fitted (said once), never computed from theta.
+    res = qkdb.ingest(dataset, "toy", workers=1, rope_theta=10000.0,
+                      rope_scaling={"rope_type": "dynamic", "factor": 2.0}, **FACTS)
+    assert any("'dynamic'" in n and "fits each plane's frequency" in n for n in res.notes), res.notes
+    con = qkdb.connect()
+    try:
+        assert con.execute("select distinct omega_source from rope_planes").fetchall() == [("fitted",)]
+        assert con.execute("select rope_source, rope_inv_freq from models").fetchall() == [("fitted", None)]
+    finally:
+        con.close()
+    with pytest.raises(qkdb.QkdbError, match="factor"):
+        qkdb.ingest(dataset, "toy", workers=1, force=True, rope_theta=10000.0,
+                    rope_scaling={"rope_type": "linear"}, **FACTS)
     res = qkdb.ingest(dataset, "toy", workers=1, rope_theta=10000.0,
                       rope_scaling={"rope_type": "linear", "factor": 2.0}, **FACTS)
     con = qkdb.connect()
     try:
-        scaling = con.execute("select rope_scaling from models").fetchall()[0][0]
-        assert '"linear"' in scaling and res.heads_done == 8
+        scaling, source, freq = con.execute("select rope_scaling, rope_source, rope_inv_freq from models").fetchall()[0]
+        assert '"linear"' in scaling and res.heads_done == 8 and source == "derived"
+        np.testing.assert_allclose(freq, 10000.0 ** (-np.arange(0, 16, 2) / 16) / 2.0, rtol=1e-12)
     finally:
         con.close()
 

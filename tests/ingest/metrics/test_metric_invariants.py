@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
+from qkdb.ingest.engine.rope_layout import RopeLayout
 from qkdb.ingest.engine.head import HeadContext, KindData, compute_head, prepare
 from qkdb.ingest.sources.layout import HeadData
 from qkdb.ingest.metrics.moments import moments
@@ -15,7 +16,12 @@ from qkdb.ingest.metrics.rotation import planar_rotation
 from qkdb.warehouse.schema import HEADS, PCA, ROTATION
 
 OPTIONS = IngestOptions(min_vectors=2)
-CTX = HeadContext(layer=1, head=2, kv_head=1, depth=0.5, depth_bin=5, is_nope=False, collage=False)
+
+
+def _ctx(d: int) -> HeadContext:
+    # RoPE planes with frequencies fitted per plane (no theta known), as for a model outside the registry
+    return HeadContext(layer=1, head=2, kv_head=1, depth=0.5, depth_bin=5, is_nope=False, collage=False,
+                       rope=RopeLayout("half", 0, d - d % 2, None, "fitted"))
 METRIC_TABLES = (HEADS, PCA, ROTATION)
 
 
@@ -34,7 +40,7 @@ def _head(seed=0, n=400, d=12):
 
 
 def _metrics(Q, tq, K, tk) -> dict[str, np.ndarray]:
-    rows = compute_head(_kind(Q, tq), _kind(K, tk), CTX, OPTIONS)
+    rows = compute_head(_kind(Q, tq), _kind(K, tk), _ctx(Q.shape[1]), OPTIONS)
     out = {}
     for table in METRIC_TABLES:
         for col in table.metric_columns:
@@ -130,7 +136,7 @@ def test_constant_positions_give_null_correlations_not_errors():
     # Straight to the metrics (ingest's `prepare` refuses such files as a broken capture).
     kq = KindData(HeadData(Q, t, None, 0), moments(Q, t), "q")
     kk = KindData(HeadData(K, t, None, 0), moments(K, t), "k")
-    rows = compute_head(kq, kk, CTX, OPTIONS)
+    rows = compute_head(kq, kk, _ctx(kq.moments.d), OPTIONS)
     assert np.all(np.isnan(rows.tables["pca"]["r_q"])) and np.all(np.isnan(rows.tables["pca"]["r_k"]))
     assert np.isnan(rows.tables["rotation"]["bias_strength"])
     assert np.isnan(rows.tables["heads"]["pos_var_q"])

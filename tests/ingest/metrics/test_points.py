@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from qkdb.ingest.metrics.complement import complement_pairs
+from qkdb.ingest.engine.rope_layout import RopeLayout
+from qkdb.ingest.metrics.rope_planes import rope_frequencies
 from qkdb.ingest.engine.head import HeadContext, KindData, compute_head
 from qkdb.ingest.sources.layout import HeadData
 from qkdb.ingest.metrics.moments import moments, pool
@@ -123,8 +125,8 @@ def _kind(X, t, ex) -> KindData:
 def test_compute_head_fills_complement_rope_planes_points_and_omega(head, collage):
     sim, _, _ = head
     q, k = _kind(sim.Q, sim.t_q, sim.ex_q), _kind(sim.K, sim.t_k, sim.ex_k)
-    ctx = HeadContext(layer=4, head=2, kv_head=0, depth=0.5, depth_bin=5, is_nope=False, collage=collage,
-                      rope_theta=10000.0)
+    rope = RopeLayout("half", 0, 64, tuple(rope_frequencies(64, 10000.0)), "derived")
+    ctx = HeadContext(layer=4, head=2, kv_head=0, depth=0.5, depth_bin=5, is_nope=False, collage=collage, rope=rope)
     opts = IngestOptions(points=100)
     rows = compute_head(q, k, ctx, opts)
     t = rows.tables
