@@ -282,17 +282,34 @@ def info(home: str | os.PathLike | None = None) -> dict:
     store, home_dir = warehouse.store, warehouse.resolve_home(home)
     sizes = store.table_bytes(home_dir)
     cat = warehouse.catalog_path(home_dir)
+    models = store.ingested_models(home_dir)
     return {
         "home": str(home_dir),
         "catalog": str(cat),
         "catalog_bytes": cat.stat().st_size if cat.exists() else 0,
-        "models": store.ingested_models(home_dir),
+        "models": models,
+        # model -> what changed in its RoPE facts and the command that recomputes it (none: {})
+        "stale": {s.model: f"{s.change}; `{s.command}` recomputes it" for s in stale_models(home_dir)} if models else {},
         "table_bytes": sizes,
         "versions": {
             "qkdb": version(), "duckdb": duckdb.__version__, "pyarrow": pyarrow.__version__,
             "numpy": numpy.__version__, "python": platform.python_version(),
         },
     }
+
+
+def stale_models(home: str | os.PathLike | None = None, con: duckdb.DuckDBPyConnection | None = None) -> list:
+    """Ingested models whose RoPE facts changed since their ingest (:mod:`qkdb.staleness`), with what recomputes each."""
+    from qkdb.staleness import stale_models as find
+
+    home_dir = warehouse.resolve_home(home)
+    if con is not None:
+        return find(con, home_dir)
+    own = connect(home_dir)
+    try:
+        return find(own, home_dir)
+    finally:
+        own.close()
 
 
 def models_overview(home: str | os.PathLike | None = None) -> pa.Table:
@@ -313,17 +330,22 @@ def models_overview(home: str | os.PathLike | None = None) -> pa.Table:
     for spec in registry.load_registry():
         row = ingested.pop(spec.model, None)
         out.append(_overview_row(spec.model, spec.family, spec.n_layers, spec.n_q_heads, spec.n_kv_heads,
-                                 spec.gqa_ratio, spec.head_dim, spec.rope_theta, spec.series, True, row))
+                                 spec.gqa_ratio, spec.head_dim, spec.rope_theta, spec.rope_scaling,
+                                 spec.rope_scaling_source, spec.series, True, row))
     for model, row in sorted(ingested.items()):
         out.append(_overview_row(model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
-                                 row["gqa_ratio"], row["head_dim"], row["rope_theta"], row["series"], False, row))
+                                 row["gqa_ratio"], row["head_dim"], row["rope_theta"], row.get("rope_scaling"),
+                                 None, row["series"], False, row))
     return pa.Table.from_pylist(out)
 
 
-def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, series, in_registry, row) -> dict:
+def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, scaling, scaling_source, series,
+                  in_registry, row) -> dict:
     return {
         "model": model, "family": family, "n_layers": n_layers, "n_q_heads": n_q, "n_kv_heads": n_kv,
-        "gqa_ratio": gqa, "head_dim": head_dim, "rope_theta": theta, "series": series,
+        "gqa_ratio": gqa, "head_dim": head_dim, "rope_theta": theta,
+        # the registry's RoPE scaling as its seed capture ran it (the ingested one for other models)
+        "rope_scaling": scaling, "rope_scaling_source": scaling_source, "series": series,
         "in_registry": in_registry, "ingested": row is not None,
         "heads": row["n_heads"] if row else None,
         "source": row["source"] if row else None,

@@ -106,12 +106,42 @@ def run(path: Path | None, name: str | None, options, *, kind: str | None, home:
     """Plan, check and run one ingest on this machine (see :func:`qkdb.api.ingest`)."""
     job = _plan(path, name, options, kind=kind, home=None, workers=options.workers or default_workers())
     job.home = warehouse.ensure_writable(home)
-    if not options.force and _last_fingerprint(job.home, job.spec.model) == job.fingerprint:
+    if (not options.force and _last_fingerprint(job.home, job.spec.model) == job.fingerprint
+            and not _rope_changed(job.home, job.spec)):
         previous = warehouse.store.last_run(job.home, job.spec.model)
         return IngestResult(job.spec.model, job.home, previous["run_id"], 0, 0, unchanged=True)
     if progress is not None:
         job.source.report_to(progress, model=job.spec.model)
     return _publish(job, progress or (lambda *a, **k: None), refresh)
+
+
+def _rope_changed(home: Path, spec) -> bool:
+    """Whether the model's published RoPE planes were computed with another layout than ``spec`` gives now.
+
+    (Same data and parameters, but a newer qkdb reading facts it used to ignore: recompute.)
+    """
+    import pyarrow.parquet as pq
+
+    from qkdb.staleness import MODEL_COLUMNS, rope_changed
+
+    f = warehouse.store.current_file(home, spec.model, warehouse.MODELS.name)
+    if not f.exists():
+        return False
+    table = pq.ParquetFile(f).read()
+    row = {c: table.column(c)[0].as_py() if c in table.column_names else None for c in MODEL_COLUMNS}
+    row["model"] = spec.model  # (the partition key: not a column of the file)
+
+    def planes(model: str):
+        pf = warehouse.store.current_file(home, model, "rope_planes")
+        if not pf.exists():
+            return []
+        t = pq.ParquetFile(pf).read(columns=["layer", "j", "omega", "omega_source"])
+        seen = {}
+        for layer, j, omega, source in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            seen.setdefault((layer, j), (layer, j, omega, source))
+        return sorted(seen.values())
+
+    return rope_changed(spec, row, planes) is not None
 
 
 def _last_fingerprint(home: Path, model: str) -> str | None:

@@ -98,8 +98,11 @@ def findings(
                 rows = [{"status": s} for s in result.column("status").to_pylist()]
         except duckdb.Error as exc:
             raise QueryError(f"the findings view failed: {str(exc).strip()}") from None
+        stale = api.stale_models(home_dir(home), con)
     finally:
         con.close()
+    for s in stale:
+        note(s.message())
     counts = status_counts([r["status"] for r in rows])
     if not terminal:
         write_table(result, format, output)

@@ -279,7 +279,7 @@ def test_info_as_json_keeps_the_nesting(runner, dataset, home):
         out = runner.invoke(app, ["info", *args])
         assert out.exit_code == 0, out.stderr
         assert json.loads(out.stdout) == api.info(home)
-        assert list(json.loads(out.stdout)) == ["home", "catalog", "catalog_bytes", "models", "table_bytes", "versions"]
+        assert list(json.loads(out.stdout)) == ["home", "catalog", "catalog_bytes", "models", "stale", "table_bytes", "versions"]
 
 
 def test_home_option_overrides_environment(runner, dataset, tmp_path):
