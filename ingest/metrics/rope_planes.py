@@ -7,8 +7,11 @@ A pre-RoPE component with a steady direction therefore becomes a ring whose phas
 RoPE, is locked: ``coherence = |mean z/|z| · exp(−iω_j t)|`` is near 1 while the raw coherence
 (without undoing) is near 0 once the plane turns a few times over the positions.
 
-Frequencies are ``ω_j = rope_theta^(−2j/d)``, rescaled as the model's ``rope_scaling`` says
-(:func:`rope_frequencies`), or fitted per plane when ``rope_theta`` is unknown.
+Planes cover the ``r`` dims RoPE turns, from ``rotary_offset`` (partial rotary turns the first
+``r < d``; MLA the last): the other dims are not planes. Frequencies are the model's own when a
+capture recorded them (``omega``), else ``ω_j = rope_theta^(−2j/r)`` rescaled as the model's
+``rope_scaling`` says (:func:`rope_frequencies`), else fitted per plane. Which applies to a model is
+decided once per layer by :mod:`qkdb.ingest.engine.rope_layout`.
 
 ``rotating`` is a definition and a significance test: the plane makes at least one turn over the
 positions (a slower drift is not rotation), and its phase depends on position (H0: independent;
