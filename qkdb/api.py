@@ -272,7 +272,11 @@ def remove(model: str, home: str | os.PathLike | None = None, wait: float = 0.0)
 
 
 def info(home: str | os.PathLike | None = None) -> dict:
-    """Facts about the warehouse: paths, sizes per table, models, library versions."""
+    """Facts about the warehouse: paths, sizes per table, models, library versions.
+
+    Brings the catalog up to date first when there is one (a home copied or moved elsewhere gets
+    views that read its own files).
+    """
     import platform
 
     import duckdb
@@ -282,6 +286,10 @@ def info(home: str | os.PathLike | None = None) -> dict:
     store, home_dir = warehouse.store, warehouse.resolve_home(home)
     sizes = store.table_bytes(home_dir)
     cat = warehouse.catalog_path(home_dir)
+    if cat.exists():
+        # A copied or moved home's catalog still names the old place: rebuilt here, so that plain
+        # DuckDB reads this home's files after `qkdb info` (docs/sharing.md). A current one costs one read.
+        warehouse.ensure_catalog(home_dir)
     return {
         "home": str(home_dir),
         "catalog": str(cat),
