@@ -257,7 +257,8 @@ def commit_files(
         Make a new repo private (an existing repo keeps its visibility).
     check
         Called with the branch's current files (path -> ``RepoFile``) before anything is uploaded;
-        it raises to refuse writing over what the branch holds.
+        it raises to refuse writing over what the branch holds. Not called for a branch made here:
+        it starts as a copy of the default branch, whose files the commit replaces.
 
     Returns
     -------
@@ -288,7 +289,7 @@ def commit_files(
         if head is None:
             raise HubError(f"{where(repo, branch)}: the branch could not be made")
     remote = remote_files(repo, head, endpoint=endpoint, token=token)
-    if check is not None:
+    if check is not None and not created_branch:  # (a new branch holds what it was made from, not the user's)
         check(remote)
     if callable(files):
         files = files()
