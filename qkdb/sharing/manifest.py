@@ -24,14 +24,6 @@ from qkdb.sharing.layout import FORMAT, table_file
 RUNS = "ingest_runs"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _plain(value):
     """A parquet value as JSON: timestamps as ISO text, the rest as it is."""
     if isinstance(value, (dt.datetime, dt.date)):
@@ -114,8 +106,10 @@ def model_entry(home: Path, model: str, files: dict[str, Path]) -> dict:
         parameters = json.loads(run_row.get("parameters") or "{}")
     except ValueError:
         parameters = {}
-    hashed = {path: {"sha256": _sha256(f), "bytes": f.stat().st_size} for path, f in sorted(files.items())}
-    content = hashlib.sha256("".join(f"{p} {h['sha256']}\n" for p, h in hashed.items()).encode()).hexdigest()
+    from qkdb.ingest import hub_repo
+
+    hashed = {path: {"sha256": hub_repo.file_sha256(f), "bytes": f.stat().st_size} for path, f in sorted(files.items())}
+    content = content_hash({p: h["sha256"] for p, h in hashed.items()})
     rope = {k: row.get(k) for k in row if "rope" in k or k in ROPE_COLUMNS}
     return {
         "fingerprint": parameters.get("fingerprint"),
@@ -131,6 +125,11 @@ def model_entry(home: Path, model: str, files: dict[str, Path]) -> dict:
         "qkdb_version": run_row.get("qkdb_version"),
         "parameters": parameters,
     }
+
+
+def content_hash(hashes: dict[str, str]) -> str:
+    """One hash of a model's files: of each repo path with its sha256, in path order."""
+    return hashlib.sha256("".join(f"{p} {h}\n" for p, h in sorted(hashes.items())).encode()).hexdigest()
 
 
 def build(home: Path, models: list[str], params: dict, files: dict[str, dict[str, Path]]) -> dict:

@@ -17,7 +17,6 @@ published models, its findings are compared with the publisher's and the result 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import uuid
 from collections.abc import Callable
@@ -55,14 +54,6 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise HubError(f"{ref!r} is not a Hub dataset repo: give owner/name, or owner/name@revision", kind="usage")
     return repo, revision or None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _listing(repo: str, revision: str, endpoint, cache_dir, token):
@@ -106,11 +97,10 @@ def _local_state(home: Path, model: str) -> tuple[str | None, str | None]:
         return None, None
     found = manifests.runs(home, model)
     fp = manifests.fingerprint_of(found[-1][1]) if found else None
+    from qkdb.ingest import hub_repo
+
     files = manifests.model_files(home, model)
-    content = hashlib.sha256(
-        "".join(f"{p} {_sha256(f)}\n" for p, f in sorted(files.items())).encode()
-    ).hexdigest()
-    return fp, content
+    return fp, manifests.content_hash({p: hub_repo.file_sha256(f) for p, f in files.items()})
 
 
 def pull(home: Path, repo: str, revision: str | None = None, *, models: list[str] | None = None, force: bool = False,
@@ -143,7 +133,8 @@ def pull(home: Path, repo: str, revision: str | None = None, *, models: list[str
                              kind="not_found")
     for m in chosen:
         warehouse.store.check_model_name(m)
-    home = warehouse.ensure_writable(home)
+    if home.exists() and not home.is_dir():
+        raise WarehouseError(f"{home} is a file, not a warehouse home (--home or $QKDB_HOME)", kind="input")
     result = Pulled(repo, revision, commit, home, origin)
     todo, conflicts = [], []
     for m in chosen:
@@ -167,9 +158,11 @@ def pull(home: Path, repo: str, revision: str | None = None, *, models: list[str
     local = hub_repo.fetch(repo, commit, paths, revision=revision, endpoint=endpoint, cache_dir=cache_dir, token=token)
     for m in todo:
         for p, want in published[m]["files"].items():
-            if _sha256(local[p]) != want["sha256"]:
+            if hub_repo.file_sha256(local[p]) != want["sha256"]:
                 raise HubError(f"{repo}@{revision}: {p} is not the file the manifest names (sha256 differs): "
                                "a damaged download or repo; nothing of it was added", kind="input")
+    if todo:  # (made only now: a pull that fails before leaves no empty home behind)
+        warehouse.ensure_writable(home)
     for m in todo:
         present = warehouse.store.is_ingested(home, m)
         _publish_model(home, m, published[m], {p: local[p] for p in published[m]["files"]}, result, wait)

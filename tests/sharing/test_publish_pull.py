@@ -343,3 +343,15 @@ def test_uploads_that_keep_failing_leave_no_commit(hub, publisher):
         _publish(hub, publisher, prune=True)
     assert "unchanged" in str(err.value) and "\n" not in str(err.value)
     assert hub.repos[REPO].branches == before and len(hub.repos[REPO].commits) == 2
+
+
+def test_a_file_that_is_not_the_manifests_is_refused_and_nothing_is_added(hub, publisher, tmp_path):
+    done = _publish(hub, publisher)
+    files = hub.repos[REPO].commits[done.commit].files
+    path = "rotation/model=toy-b/data.parquet"
+    files[path] = store.current_file(publisher, "toy-a", "rotation").read_bytes()  # (another model's file)
+    hub.repos[REPO].blobs[hashlib.sha256(files[path]).hexdigest()] = (path, files[path])
+    with pytest.raises(HubError) as err:
+        _pull(hub, tmp_path / "h", tmp_path)
+    assert err.value.exit_code == EXIT_CODES["input"] and path in str(err.value) and "sha256" in str(err.value)
+    assert not (tmp_path / "h").exists()
