@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkdb.errors import HubError
-from qkdb.ingest.sources.hub_errors import LOGIN_HINT, REPO_TYPE, offline_now, revision_not_found, translate, where
+from qkdb.ingest.sources.hub_errors import REPO_TYPE, offline_now, revision_not_found, translate, where
 
 KEEP = (".gitattributes",)  # files of a branch a commit never deletes (the Hub's LFS rules)
 WRITE_HINT = "use a token with write access (`hf auth login`, or HF_TOKEN)"
@@ -355,5 +355,5 @@ def resolve(repo: str, revision: str, *, endpoint: str | None = None, token=None
         raise translate(exc, repo, revision, endpoint)[0] from None
 
 
-__all__ = ["Committed", "LOGIN_HINT", "commit_files", "fetch", "file_sha256", "model_repo_exists", "not_a_dataset",
+__all__ = ["Committed", "commit_files", "fetch", "file_sha256", "model_repo_exists", "not_a_dataset",
            "remote_files", "resolve", "write_error"]
