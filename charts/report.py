@@ -438,7 +438,7 @@ def build_report(
     report.shown = [d.label for d in figs.drawn]
     report.missing = figs.missing
 
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = _generated_at().strftime("%Y-%m-%d %H:%M UTC")
     counts = {s: sum(1 for f in findings if f.get("status") == s) for s in STATUSES}
     body = ["<main>", f"<h1>{html.escape(title)}</h1>",
             f'<p class="meta">Generated {now} by qkdb {html.escape(version())} · the seeds: combined Q/K PCA '
@@ -483,3 +483,17 @@ def build_report(
                 "Vega-Lite specs; the page loads nothing from the network.</p></main>")
     report.html = page(title, body, figs.specs, figs.store)
     return report
+
+
+def _generated_at() -> dt.datetime:
+    """When the page says it was made: now, or ``$SOURCE_DATE_EPOCH`` (the reproducible-builds convention).
+
+    With it set, the same warehouse gives the same bytes, e.g. a pulled warehouse's report and its
+    publisher's (docs/sharing.md).
+    """
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch.isdigit():
+        return dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
+    return dt.datetime.now(dt.timezone.utc)

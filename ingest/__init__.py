@@ -32,6 +32,7 @@ __getattr__, __dir__ = facade(__name__, {
     "HEAD_DIR": "qkdb.ingest.sources.layout",
     "VALUE_BOUND": "qkdb.ingest.sources.layout",
     "hub": "module:qkdb.ingest.sources.hub",
+    "hub_repo": "module:qkdb.ingest.sources.hub_repo",
     # capture
     "simulate": "qkdb.ingest.capture.simulate",
     "SimSpec": "qkdb.ingest.capture.simulate",
@@ -40,6 +41,7 @@ __getattr__, __dir__ = facade(__name__, {
     "sniff": "qkdb.ingest.capture.sniff",
     "SniffOptions": "qkdb.ingest.capture.sniff",
     "sample_path": "qkdb.ingest.capture.sniff_sample",
+    "push_capture": "qkdb.ingest.capture.push",
     "SAMPLE_MODEL": "qkdb.ingest.capture.sniff_sample",
     # engine
     "run_groups": "qkdb.ingest.engine.pool",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 Progress = Callable[..., None]
 
 __all__ = ["IngestResult", "ModelFailure", "chart", "connect", "ensure_intervals", "info", "ingest", "ingest_many", "refresh_findings",
-           "models_overview", "remove", "version"]
+           "models_overview", "publish", "pull", "remove", "version"]
 
 
 def __getattr__(name: str):
@@ -83,7 +83,8 @@ def ingest(
         ``revision`` (default the model's registry branch), downloading only the files needed.
     model : str, optional
         Registry name or a new name (then give ``gqa_ratio`` and ``n_layers``); default the
-        dataset's ``qkdb_dataset.json``.
+        dataset's ``qkdb_dataset.json`` (a local one, or the one at the root of the Hub branch
+        ``revision`` names: a capture pushed by ``qkdb sniff --push-to-hub``).
     options : qkdb.ingest.IngestOptions, optional
         Every option of the ingest in one object (what the CLI passes).
     **option_values
@@ -126,8 +127,9 @@ def ingest(
         options = (options or IngestOptions()).updated(**option_values) if option_values else (options or IngestOptions())
     except ValueError as exc:  # a parameter out of range is the caller's input, not a bug
         raise InputError(str(exc)) from None
-    if path is None and not model:
-        raise UsageError("give --model NAME (ingested from the Hub) or --path DIR (a local dataset)")
+    if path is None and not model and options.revision is None:
+        raise UsageError("give --model NAME (ingested from the Hub), --path DIR (a local dataset), or --repo REPO "
+                         "--revision BRANCH (a branch pushed by `qkdb sniff --push-to-hub`)")
     if cluster is not None:
         (result,) = ingest_many([(path, model)], options=options, source=source, home=home, progress=progress,
                                 cluster=cluster)
@@ -272,7 +274,11 @@ def remove(model: str, home: str | os.PathLike | None = None, wait: float = 0.0)
 
 
 def info(home: str | os.PathLike | None = None) -> dict:
-    """Facts about the warehouse: paths, sizes per table, models, library versions."""
+    """Facts about the warehouse: paths, sizes per table, models, library versions.
+
+    Brings the catalog up to date first when there is one (a home copied or moved elsewhere gets
+    views that read its own files).
+    """
     import platform
 
     import duckdb
@@ -282,6 +288,10 @@ def info(home: str | os.PathLike | None = None) -> dict:
     store, home_dir = warehouse.store, warehouse.resolve_home(home)
     sizes = store.table_bytes(home_dir)
     cat = warehouse.catalog_path(home_dir)
+    if cat.exists():
+        # A copied or moved home's catalog still names the old place: rebuilt here, so that plain
+        # DuckDB reads this home's files after `qkdb info` (docs/sharing.md). A current one costs one read.
+        warehouse.ensure_catalog(home_dir)
     models = store.ingested_models(home_dir)
     return {
         "home": str(home_dir),
@@ -368,3 +378,69 @@ def chart(name: str, con: duckdb.DuckDBPyConnection | None = None, *, home: str 
         return build(name, own, **options)
     finally:
         own.close()
+
+
+def publish(repo: str, *, branch: str = "main", models: Iterable[str] | None = None, private: bool = False,
+            prune: bool = False, force: bool = False, figures: bool = True, wait: float = 0.0,
+            home: str | os.PathLike | None = None, endpoint: str | None = None, token: str | bool | None = None,
+            progress: Progress | None = None):
+    """Publish the warehouse's models to a Hugging Face dataset repo, in one commit (docs/sharing.md).
+
+    Uploads the models' tables (never raw vectors: the warehouse has none), a manifest
+    (``qkdb_warehouse.json``), the findings and a dataset card with a few figures. Files the branch
+    already holds are not uploaded again: publishing unchanged models makes no commit.
+
+    Parameters
+    ----------
+    repo : str
+        ``owner/name`` of the dataset repo (made if it does not exist; ``private`` then).
+    branch : str
+        The branch to publish to (made from the default branch if it does not exist). It holds exactly
+        the models published afterwards: models it held that are left out are refused unless ``prune``.
+    models : iterable of str, optional
+        Which models (default: every ingested model).
+    force : bool
+        Write over a branch that holds something other than a qkdb warehouse.
+    figures : bool
+        Render the card's figures.
+    endpoint, token
+        The Hub (default ``HF_ENDPOINT``) and the token (default the stored login or ``HF_TOKEN``; it
+        needs write access).
+
+    Returns
+    -------
+    qkdb.sharing.publish.Published
+    """
+    from qkdb.sharing.publish import publish as run
+
+    return run(warehouse.resolve_home(home), repo, branch, models=list(models) if models else None, private=private,
+               prune=prune, force=force, figures=figures, wait=wait, endpoint=endpoint, token=token, progress=progress)
+
+
+def pull(repo: str, revision: str | None = None, *, models: Iterable[str] | None = None, force: bool = False,
+         wait: float = 0.0, home: str | os.PathLike | None = None, endpoint: str | None = None,
+         cache_dir: str | os.PathLike | None = None, token: str | bool | None = None,
+         progress: Progress | None = None):
+    """Add the models of a warehouse published with :func:`publish` to this warehouse (docs/sharing.md).
+
+    Each model is added as an ingest adds one: atomically, under its lock; one already here with the
+    same data is left as it is, one with other data is refused unless ``force``. Files come through
+    the Hugging Face cache (``cache_dir``), so ``HF_HUB_OFFLINE=1`` works once they have been pulled.
+
+    Parameters
+    ----------
+    repo : str
+        ``owner/name`` of the dataset repo; ``revision`` a branch, tag or commit (default ``main``).
+    models : iterable of str, optional
+        Which of its models (default: all).
+
+    Returns
+    -------
+    qkdb.sharing.pull.Pulled
+        With ``findings_match`` telling whether the findings here are the publisher's, row for row
+        (None when this warehouse holds other models than the published ones).
+    """
+    from qkdb.sharing.pull import pull as run
+
+    return run(warehouse.resolve_home(home), repo, revision, models=list(models) if models else None, force=force,
+               wait=wait, endpoint=endpoint, cache_dir=cache_dir, token=token, progress=progress)

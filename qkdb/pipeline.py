@@ -84,7 +84,13 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     # A missing or empty dataset is the problem to report, before any model facts (and the walk is
     # done once: the source plans from it).
     found = discover(path) if path is not None else None
-    metadata = read_metadata(path) if path is not None else {}
+    metadata, listing = read_metadata(path) if path is not None else {}, None
+    if path is None:  # a Hub branch: listed once here, with the qkdb_dataset.json a pushed capture carries
+        from qkdb.ingest import hub  # (huggingface_hub: only for the Hub)
+
+        listing = hub.branch_listing(name, options.repo, options.revision, endpoint=options.endpoint,
+                                     cache_dir=options.cache_dir, token=options.token)
+        metadata = listing.metadata if listing is not None else {}
     spec = resolve_spec(name, metadata, **options.facts())
     warehouse.store.check_model_name(spec.model)
     spec = rope_layout.reconcile_options(spec, options, metadata)
@@ -94,7 +100,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     tune_ingest_process(workers)
     source = open_source(
         spec, HeadSelection.parse(options.heads), path=path, repo=options.repo, revision=options.revision,
-        endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token, discovery=found,
+        endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token, discovery=found, listing=listing,
     )
     fp = fingerprint(source.fingerprint(), spec, options)
     notes = [f"ignored folder {p}" for p in source.ignored] + spec_notes(spec, options.complement) + rope_notes

@@ -1,7 +1,11 @@
 """The DuckDB catalog ``qk.duckdb``: a view per table over its parquet files, plus the finding views.
 
-Views hold absolute paths (DuckDB resolves relative ones against the reader's working directory),
-so the catalog opens from anywhere with plain ``duckdb``. The catalog is written only when its
+Views hold absolute paths (DuckDB resolves relative ones against the reader's working directory,
+never against the database file), so the catalog opens from anywhere with plain ``duckdb``. Absolute
+paths would make a copied or moved catalog read the *original* home's files, silently; so every table
+view also checks that the catalog it belongs to is the file at its recorded place (DuckDB reports a
+database's path with symbolic links resolved, as :func:`~qkdb.warehouse.home.resolve_home` does), and
+fails with one line saying what to run otherwise (:func:`location_guard`). The catalog is written only when its
 fingerprint (format, home, table schemas, view SQL) changes; new models appear without a write
 because the globs pick up new partition folders. That keeps ingests from needing DuckDB's
 single-writer lock while readers have the catalog open.
@@ -36,27 +40,73 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def location_guard(home: Path) -> str:
+    """A SQL condition that holds when the catalog of ``home`` is opened at its own place, and fails loudly otherwise.
+
+    DuckDB cannot resolve a view's paths against the database file (a table function takes literals
+    only; relative paths follow the reader's working directory), so the views name ``home``'s files
+    absolutely. In a copy of the home those names still point at the original: this condition,
+    evaluated once per query (an uncorrelated subquery, also when the files match nothing), makes
+    such a query fail with one line naming the command to run, instead of reading another home's
+    files. ``duckdb_databases()`` lists every attached database with its path (symbolic links
+    resolved, as :func:`~qkdb.warehouse.home.resolve_home` does); the catalog passes when the file at
+    its recorded place is among them. (The error's text depends on the row, or DuckDB would fold the
+    constant ``error()`` call at planning time and fail every query.)
+    """
+    recorded = _sql_str(str(catalog_path(home)))
+    folder = "string_agg(distinct regexp_replace(path, '/[^/]*$', ''), ', ')"
+    message = (
+        f"{_sql_str(f'qkdb: this catalog was built for the warehouse at {home} and has been copied or moved to ')} "
+        f"|| {folder} || {_sql_str(f': its views would read the files of {home}, not its own; run `qkdb info --home ')} "
+        f"|| {folder} || {_sql_str('` once (it rebuilds the catalog there), then query again')}"
+    )
+    return (
+        f"(select case when bool_or(path = {recorded}) then true else error({message}) end "
+        "from duckdb_databases())"
+    )
+
+
+def _typed_nulls(table: Table) -> str:
+    """A zero-row select of the table's columns with their DuckDB types (binds without any file)."""
+    from qkdb.warehouse.batches import empty_table
+    import duckdb
+
+    rel = duckdb.connect().from_arrow(empty_table(table))
+    types = {name: str(t) for name, t in zip(rel.columns, rel.dtypes)}
+    types.setdefault("model", "VARCHAR")  # (the partition column, not in the files)
+    cols = ", ".join(f'cast(null as {types[c.name]}) as "{c.name}"' for c in table.columns)
+    return f"(select {cols} limit 0)"
+
+
+def _view_sql(table: Table, source: str, home: Path) -> str:
+    # The zero-row typed select keeps the view bindable when not even the schema file is where the
+    # view looks (a moved home): the location guard then says what to run, where DuckDB would have
+    # said only that a column is missing.
+    cols = ", ".join(f'"{c.name}"' for c in table.columns)
+    return f"select {cols} from (select * from {source} union all by name {_typed_nulls(table)}) where {location_guard(home)}"
+
+
 def table_view_sql(home: Path, table: Table) -> str:
     # The zero-row schema file keeps the view typed when no model is ingested yet, and
     # union_by_name fills columns that older partitions lack with NULL.
     globs = [str(home / SCHEMA_DIR / table.name / "*" / "*.parquet"), str(home / table.name / "*" / "*.parquet")]
-    cols = ", ".join(f'"{c.name}"' for c in table.columns)
-    return (
-        f"select {cols} from read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
+    source = (
+        f"read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
         "hive_partitioning = true, union_by_name = true, allow_empty = true, "
         "hive_types = {'model': 'VARCHAR'})"
     )
+    return _view_sql(table, source, home)
 
 
 def derived_view_sql(home: Path, table: Table) -> str:
     # One file for the whole warehouse (not partitioned by model); the schema file types the view
     # before the first publish writes it.
     globs = [str(home / SCHEMA_DIR / table.name / "*.parquet"), str(home / table.name / "*.parquet")]
-    cols = ", ".join(f'"{c.name}"' for c in table.columns)
-    return (
-        f"select {cols} from read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
+    source = (
+        f"read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
         "hive_partitioning = false, union_by_name = true, allow_empty = true)"
     )
+    return _view_sql(table, source, home)
 
 
 def _views_sql(home: Path) -> list[tuple[Table, str]]:

@@ -268,7 +268,7 @@ INGEST_RUNS = Table(
     (
         MODEL,
         Column("run_id", s, "Unique id of the run."),
-        Column("source", s, "'hub', 'path', 'sniff', 'sample' or 'simulate'."),
+        Column("source", s, "'hub', 'path', 'sniff', 'sample' or 'simulate'; 'pull' for a model added by `qkdb pull` (its publisher's run is logged too)."),
         Column("location", s, "Dataset repo or local path."),
         Column("revision", s, "Branch or revision asked for (Hub)."),
         Column("commit", s, "Resolved commit sha (Hub)."),

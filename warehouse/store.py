@@ -114,6 +114,7 @@ class Staging:
         self.dir = home / STAGING / f"{model}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self.dir.mkdir(parents=True)
         self._writers: dict[str, pq.ParquetWriter] = {}
+        self._adopted: set[str] = set()  # tables staged as whole files (adopt)
         self._buffer = RowBuffer(self.ROW_GROUP_ROWS, self._write_group)
         self.rows = self._buffer.rows  # rows staged, per table name
 
@@ -126,6 +127,40 @@ class Staging:
         """Stage rows given as Arrow data that already has the table's schema."""
         self._writer(table)  # (a table of no batches at all still gets its file)
         self._buffer.write(table, batch)
+
+    def adopt(self, table: Table, src: Path) -> None:
+        """Stage a whole table of the model from a parquet file (a pulled model's, as its publisher wrote it).
+
+        A file with exactly the table's schema is copied as it is: its bytes, and so its hash, stay
+        the publisher's. One an older qkdb wrote, without columns added since, is read and given them
+        as NULL (as the catalog's views show older partitions). A column this qkdb does not know (a
+        newer qkdb's) is refused: dropping it would lose data without a word.
+        """
+        name = table.name
+        if name in self._writers or name in self._adopted:
+            raise ValueError(f"table {name} is already staged")
+        try:
+            got = pq.read_schema(src)
+        except (OSError, pa.ArrowException) as exc:
+            raise WarehouseError(f"{src}: not a readable parquet file ({exc})", kind="input") from None
+        if got.remove_metadata().equals(table.arrow_schema):
+            (self.dir / name).mkdir()
+            with _writing(self.dir / name / DATA):
+                shutil.copyfile(src, self.dir / name / DATA)
+            self._adopted.add(name)
+            return
+        unknown = [n for n in got.names if n not in table.accepted_columns]
+        if unknown:
+            raise WarehouseError(
+                f"{src}: column(s) {', '.join(unknown)} of table {name} are unknown to this qkdb (written by a newer "
+                "one?): upgrade qkdb to read them", kind="input")
+        data = pq.read_table(src)
+        try:
+            columns = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(len(data), f.type)
+                       for f in table.arrow_schema]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise WarehouseError(f"{src}: table {name} does not fit this qkdb's schema ({exc})", kind="input") from None
+        self.write(table, pa.Table.from_arrays(columns, schema=table.arrow_schema))
 
     def _writer(self, table: Table) -> pq.ParquetWriter:
         name = table.name
@@ -154,7 +189,7 @@ class Staging:
     def close(self) -> None:
         """Finish every file (empty tables get a zero-row file so the model's schema is complete)."""
         for table in TABLES.values():
-            if table.versioned and table.name not in self._writers:
+            if table.versioned and table.name not in self._writers and table.name not in self._adopted:
                 self.write(table, empty_table(table))
         for table in self._buffer.tables:
             self._buffer.flush(table)
@@ -164,6 +199,9 @@ class Staging:
             _fsync_file(self.dir / name / DATA)
             _fsync_dir(self.dir / name)
         self._writers.clear()
+        for name in self._adopted:
+            _fsync_file(self.dir / name / DATA)
+            _fsync_dir(self.dir / name)
         _fsync_dir(self.dir)
 
     def discard(self) -> None:
@@ -239,6 +277,24 @@ def write_file(folder: Path, name: str, data: pa.Table) -> Path:
             _fsync_file(tmp)
             os.replace(tmp, final)
     except OSError:  # a full disk, a quota, ...: no half-written file stays behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(folder)
+    return final
+
+
+def copy_file(folder: Path, name: str, src: Path) -> Path:
+    """Copy ``src`` to ``folder/name`` atomically, byte for byte (as :func:`write_file` writes one)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    final = folder / name
+    try:
+        with _writing(final):
+            shutil.copyfile(src, tmp)
+            _fsync_file(tmp)
+            os.replace(tmp, final)
+    except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise

@@ -58,10 +58,12 @@ def open_source(
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
     discovery=None,
+    listing=None,
 ) -> Source:
     """A local folder when ``path`` is given, else the model's branch of a Hub dataset (listed now, downloaded later).
 
-    ``discovery`` is ``path``'s :func:`~qkdb.ingest.sources.layout.discover` when the caller has it already.
+    ``discovery`` is ``path``'s :func:`~qkdb.ingest.sources.layout.discover` when the caller has it already;
+    ``listing`` the Hub branch's :func:`~qkdb.ingest.sources.hub.branch_listing`.
     """
     if path is not None:
         from qkdb.ingest.sources.local import open_local
@@ -69,4 +71,5 @@ def open_source(
         return open_local(path, spec, selection, discovery=discovery)
     from qkdb.ingest.sources import hub
 
-    return hub.open_source(repo, revision, spec, selection, endpoint=endpoint, cache_dir=cache_dir, token=token)
+    return hub.open_source(repo, revision, spec, selection, endpoint=endpoint, cache_dir=cache_dir, token=token,
+                           listing=listing)

@@ -40,13 +40,13 @@ from qkdb.ingest.sources.plan import HeadGroup, plan_groups
 from qkdb.ingest.sources.hub_branches import DEFAULT_REPO, Branch, list_branches, models_on_hub, registry_branches
 from qkdb.ingest.sources.hub_cache import cached_listing, save_listing, storage_folder
 from qkdb.ingest.sources.hub_errors import REPO_TYPE, offline_now, revision_not_found, translate, where
-from qkdb.ingest.sources.layout import DATA_FILE, HEAD_DIR, Discovery, HeadFile, head_dir_name
-from qkdb.ingest.sources.registry import ModelSpec
+from qkdb.ingest.sources.layout import DATA_FILE, HEAD_DIR, METADATA_FILE, Discovery, HeadFile, head_dir_name
+from qkdb.ingest.sources.registry import ModelSpec, find
 from qkdb.ingest.sources.select import HeadSelection
 
 __all__ = [
-    "DEFAULT_REPO", "Branch", "HubSource", "list_branches", "list_files", "models_on_hub", "open_source",
-    "registry_branches", "remote_discovery",
+    "DEFAULT_REPO", "Branch", "HubSource", "Listing", "branch_listing", "list_branches", "list_files", "models_on_hub",
+    "open_source", "registry_branches", "remote_discovery",
 ]
 
 BytesProgress = Callable[[int], None]
@@ -390,6 +390,50 @@ def list_files(
     return commit, files, origin
 
 
+@dataclass(frozen=True)
+class Listing:
+    """A branch listed once (:func:`branch_listing`): what it resolved to, its files, and its ``qkdb_dataset.json``."""
+
+    repo: str
+    revision: str
+    commit: str
+    files: dict[str, int | None]
+    origin: str
+    metadata: dict
+
+
+def branch_listing(model: str | None, repo: str | None, revision: str | None, *, endpoint: str | None = None,
+                   cache_dir: str | os.PathLike | None = None, token: str | bool | None = None) -> Listing | None:
+    """List the branch an ingest of ``model`` reads, with the ``qkdb_dataset.json`` at its root when it has one.
+
+    A branch pushed by ``qkdb sniff --push-to-hub`` carries the capture's metadata, so its facts need
+    no options, as with ``--path``. The repo and branch default as in :func:`open_source` (the
+    registry's); None when no branch is named (then :func:`open_source` says what to give). The
+    listing is handed to :func:`open_source`, which does not list the branch again.
+    """
+    spec = find(model) if model else None
+    repo = repo or (spec.dataset_repo if spec else None) or DEFAULT_REPO
+    revision = revision or (spec.dataset_revision if spec else None)
+    if not revision:
+        return None
+    cache = Path(cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
+    commit, files, origin = list_files(repo, revision, endpoint=endpoint, cache_dir=cache, token=token)
+    metadata: dict = {}
+    if METADATA_FILE in files:
+        import json
+
+        from qkdb.ingest.sources.hub_repo import fetch
+
+        local = fetch(repo, commit, [METADATA_FILE], revision=revision, endpoint=endpoint, cache_dir=cache, token=token)
+        try:
+            metadata = json.loads(local[METADATA_FILE].read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{where(repo, revision)}: {METADATA_FILE} is not readable JSON ({exc})") from None
+        if not isinstance(metadata, dict):
+            raise InputError(f"{where(repo, revision)}: {METADATA_FILE} is not a JSON object")
+    return Listing(repo, revision, commit, files, origin, metadata)
+
+
 def open_source(
     repo: str | None,
     revision: str | None,
@@ -399,6 +443,7 @@ def open_source(
     endpoint: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
+    listing: Listing | None = None,
     max_workers: int = 8,
     retries: int = 2,
     retry_wait: float = 1.0,
@@ -423,6 +468,8 @@ def open_source(
         A file whose download fails transiently (connection cut, 5xx) is tried ``retries`` more
         times, waiting ``retry_wait · 2^attempt`` seconds (huggingface_hub itself first resumes a cut
         body a few times).
+    listing
+        The branch as :func:`branch_listing` listed it (used when it names the same repo and revision).
     progress
         Called from the download threads with each chunk's byte count.
 
@@ -440,7 +487,10 @@ def open_source(
         raise HubError(f"model {spec.model}: the GQA ratio is unknown; give --gqa-ratio", kind="usage")
     selection = selection or HeadSelection()
     cache = Path(cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
-    commit, files, origin = list_files(repo, revision, endpoint=endpoint, cache_dir=cache, token=token)
+    if listing is not None and (listing.repo, listing.revision) == (repo, revision):
+        commit, files, origin = listing.commit, listing.files, listing.origin
+    else:
+        commit, files, origin = list_files(repo, revision, endpoint=endpoint, cache_dir=cache, token=token)
     label = f"{repo}@{revision}" + (f" ({origin})" if origin != "hub" else "")
     found = remote_discovery(list(files), label)
     scope = "in the local cache" if origin != "hub" else "on the branch"

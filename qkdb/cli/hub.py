@@ -61,4 +61,61 @@ def list_branches(
         note(f"{len(missing)} registry model(s) have no branch in {repo}: {', '.join(missing)}")
 
 
+def check_can_push(repo: str) -> None:
+    """Refuse at once what a push could not do: a name that is not owner/name, or offline mode."""
+    from qkdb.errors import HubError
+
+    from qkdb.ingest import hub
+
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise HubError(f"{repo!r} is not a Hub dataset repo: give owner/name", kind="usage")
+    if hub.offline_now():
+        raise HubError(f"offline (HF_HUB_OFFLINE=1): pushing to {repo} needs the network")
+
+
+def push_folder(folder: Path, repo: str, branch: str, *, private: bool = False, force: bool = False,
+                endpoint: str | None = None, after_capture: bool = False) -> None:
+    """Push a capture folder and say what was done; after a capture, a failure also says how to push it again."""
+    from qkdb.errors import HubError
+    from qkdb.ingest import push_capture
+
+    try:
+        done = push_capture(folder, repo, branch, private=private, endpoint=endpoint, force=force)
+    except HubError as exc:
+        if not after_capture:
+            raise
+        raise HubError(f"{exc} (the capture is in {folder}: `qkdb hub push {folder} --repo {repo} --branch {branch}` "
+                       "pushes it again)", kind=exc.kind) from None
+    if done.note:
+        note(f"note: {done.note}")
+    if not done.changed:
+        note(f"{repo}@{branch} already holds this capture, byte for byte: nothing uploaded (at {done.commit[:12]})")
+    else:
+        note(f"pushed {folder} to {repo}@{branch} in one commit {done.commit[:12]}: {len(done.added)} files uploaded"
+             + (f", {len(done.deleted)} removed" if done.deleted else ""))
+    note(f"next: qkdb ingest --repo {repo} --revision {branch}")
+
+
+@hub_app.command("push")
+def push(
+    folder: Annotated[Path, typer.Argument(help="A capture in the sniffed-qk layout, with its qkdb_dataset.json (what `qkdb sniff` writes).", show_default=False)],
+    repo: Annotated[str, typer.Option("--repo", help="Dataset repo to push to, owner/name (made if it does not exist).", show_default=False)],
+    branch: Annotated[Optional[str], typer.Option("--branch", help="Branch to push to (default: the model's name).", show_default=False)] = None,
+    private: Annotated[bool, typer.Option("--private", help="Make a new repo private.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a branch that holds something other than a capture.")] = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """Push a capture folder to a branch of a Hub dataset repo, with a dataset card (what `qkdb sniff --push-to-hub` does)."""
+    from qkdb.errors import InputError, UsageError
+    from qkdb.ingest import read_metadata
+
+    check_can_push(repo)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such capture folder", kind="not_found" if not folder.exists() else "input")
+    name = branch or read_metadata(folder).get("model")
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{folder} has no qkdb_dataset.json naming the model: give --branch")
+    push_folder(folder, repo, name, private=private, force=force, endpoint=endpoint)
+
+
 app.add_typer(hub_app, name="hub")

@@ -46,7 +46,7 @@ def ingest(
     series: Annotated[Optional[str], typer.Option("--series", help="Every checkpoint of a registry training series, from the Hub.")] = None,
     all_models: Annotated[bool, typer.Option("--all", help="Every registry model that has a branch on the Hub.")] = False,
     repo: Annotated[Optional[str], typer.Option("--repo", help="Hub dataset repo (default: the registry's, viktoroo/sniffed-qk).")] = None,
-    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch or commit (default: the model's registry branch).")] = None,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch or commit (default: the model's registry branch). Alone (with --repo), a branch pushed by `qkdb sniff --push-to-hub`: its qkdb_dataset.json names the model.")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="huggingface_hub cache (default: its own, shared with other HF tools).")] = None,
     heads: Annotated[Optional[str], typer.Option("--heads", help="Only these layers (0-3, 5) or heads (l03h07,l05h01).")] = None,
     family: Annotated[Optional[str], typer.Option(help="Model family (for models not in the registry).")] = None,
@@ -75,7 +75,7 @@ def ingest(
     home: HomeOption = None,
 ) -> None:
     """Ingest sniffed-qk data (a local folder or the Hugging Face Hub): compute every metric per head and publish each model atomically."""
-    targets = _models_to_ingest(model, path, series, all_models, repo, cache_dir)
+    targets = _models_to_ingest(model, path, series, all_models, repo, cache_dir, revision)
     if cluster is not None:
         from qkdb.ingest import check_cluster_address
 
@@ -183,7 +183,7 @@ def _fail_if(failed: list[tuple[str, QkdbError]], total: int) -> None:
         )
 
 
-def _models_to_ingest(model, paths, series, all_models, repo, cache_dir) -> list[tuple[Path | None, str | None]]:
+def _models_to_ingest(model, paths, series, all_models, repo, cache_dir, revision=None) -> list[tuple[Path | None, str | None]]:
     """(path, model name) per model to ingest: a None path is the Hub, a None name the dataset's own."""
     chosen = sum(bool(x) for x in (model, series, all_models))
     if chosen > 1:
@@ -208,6 +208,8 @@ def _models_to_ingest(model, paths, series, all_models, repo, cache_dir) -> list
             raise UsageError("one --model per --path")
         return [(paths[0] if paths else None, m) for m in model]
     if not paths:
+        if revision is not None:  # a branch of its own: its qkdb_dataset.json (a pushed capture) names the model
+            return [(None, None)]
         raise UsageError("give --model NAME (from the Hub), --path DIR, --series NAME or --all")
     return [(paths[0], None)]  # the dataset's qkdb_dataset.json names it
 

@@ -44,10 +44,22 @@ def sniff_command(
     model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="Revision of the weights to record.", show_default=False)] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="torch CPU threads (default: torch's choice).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a previous capture in --out.")] = False,
+    push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", metavar="REPO", help="Then push the capture to this Hub dataset repo (owner/name), as a branch with a dataset card (docs/sharing.md).", show_default=False)] = None,
+    branch: Annotated[Optional[str], typer.Option("--branch", help="The branch --push-to-hub writes (default: the model's name).", show_default=False)] = None,
+    private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: make a new repo private.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Capture queries and keys of a causal LM (local folder or GGUF) into the sniffed-qk layout."""
     from qkdb.ingest import SniffOptions, sniff
+
+    if (branch is not None or private) and push_to_hub is None:
+        from qkdb.errors import UsageError
+
+        raise UsageError("--branch and --private go with --push-to-hub REPO")
+    if push_to_hub is not None:
+        from qkdb.cli.hub import check_can_push
+
+        check_can_push(push_to_hub)  # (before the capture: offline, or a malformed name, is said at once)
 
     options = SniffOptions(
         out=out, model_path=model_path, gguf=gguf, text=text, text_field=text_field, n_texts=texts,
@@ -68,7 +80,12 @@ def sniff_command(
         f"sniffed {meta['model']}: {len(result.query_heads)} query heads and {len(result.key_heads)} key heads, "
         f"{result.n_vectors} vectors from {result.n_texts} texts in {result.seconds:.0f}s into {result.out}"
     )
-    note(f"next: qkdb ingest --path {result.out}")
+    if push_to_hub is None:
+        note(f"next: qkdb ingest --path {result.out}")
+        return
+    from qkdb.cli.hub import push_folder
+
+    push_folder(result.out, push_to_hub, branch or meta["model"], private=private, after_capture=True)
 
 
 def _quiet_transformers() -> None:

@@ -114,6 +114,9 @@ def _failing(name: str, p: dict) -> tuple[list[str], str]:
         "demo": (["demo", "--home", str(p["file"])], "input"),
         # Port 9 (discard) on loopback: refused at once, no packet leaves the machine.
         "hub list": (["hub", "list", "--repo", "x/y", "--endpoint", "http://127.0.0.1:9"], "network"),
+        "hub push": (["hub", "push", missing, "--repo", "x/y", "--endpoint", "http://127.0.0.1:9"], "not_found"),
+        "publish": (["publish", "x/y", "--home", missing, "--endpoint", "http://127.0.0.1:9"], "not_found"),
+        "pull": (["pull", "x/y", "--home", missing, "--endpoint", "http://127.0.0.1:9"], "network"),
     }[name]
 
 

@@ -9,6 +9,13 @@ It implements the few endpoints ``huggingface_hub`` 2.x uses to list and downloa
   to a second "CDN" server (another origin, as on the real Hub) with ``X-Linked-Etag``/``X-Linked-Size``
 - ``GET  /datasets/{repo}/resolve/{rev}/{path}`` and ``GET /cdn/{sha256}``: the bytes, with ``Range`` support
 
+and, for uploads (``huggingface_hub``'s ``create_repo``, ``create_branch``, ``create_commit``; see
+"writing" below): ``POST /api/repos/create``, ``POST /api/validate-yaml``, ``POST .../preupload/{rev}``,
+``POST /datasets/{repo}.git/info/lfs/objects/batch`` with its ``PUT`` of the bytes to the CDN server,
+``POST .../commit/{rev}`` (one commit, all or nothing, honouring ``parentCommit``), ``POST .../branch/{b}``;
+and ``GET /api/models/{repo}`` for model repos (:attr:`FakeHub.model_repos`). The fake speaks the LFS
+protocol, not Xet: tests that upload set ``HF_HUB_DISABLE_XET`` (as a client without ``hf_xet`` would be).
+
 Revisions arrive URL-encoded (branch names contain dots and may contain slashes), so the raw path is
 split before it is decoded. Every request is logged (method, decoded path, Range header) so tests can
 count what was downloaded. Switches simulate failures: a gated or private repo, a file that the tree
@@ -17,6 +24,7 @@ lists but ``resolve`` does not serve, and connections cut in the middle of a bod
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -30,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-LFS_SUFFIXES = (".parquet",)
+LFS_SUFFIXES = (".parquet", ".png")  # stored and served as LFS objects (uploads: preupload says "lfs")
 
 
 # Memoised: every listing page names every file's hashes, and a full-size model is 496 files of
@@ -117,6 +125,14 @@ class FakeHub:
         self.cuts: dict[str, int] = {}
         self.cut_fraction = 0.5
         self.unserved: set[str] = set()  # repo paths listed in trees but 404 on resolve
+        # -- writing --
+        self.write_tokens: set[str] = {"hf_write_token"}  # tokens that may create repos and commit (others: read only)
+        self.model_repos: set[str] = set()  # ids of model repos (GET /api/models/{id} answers 200)
+        self.uploaded: dict[str, bytes] = {}  # LFS objects PUT but not yet in any commit (sha256 -> bytes)
+        self.fail_uploads = 0  # the next N LFS PUTs answer 503 after reading the body (-1: every one)
+        # "before": the commit request is read, then the connection is dropped and nothing committed;
+        # "after": the commit is made, then the connection is dropped before the reply. Once each.
+        self.commit_failure: str | None = None
         self._hub = self._cdn = None
         self._threads: list[threading.Thread] = []
 
@@ -234,6 +250,195 @@ class _Server(ThreadingHTTPServer):
                 pass
 
 
+# --------------------------------------------------------------------------------------------------
+# writing: what huggingface_hub's create_repo, create_branch and create_commit send (LFS, not Xet)
+# --------------------------------------------------------------------------------------------------
+
+GITATTRIBUTES = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n*.png filter=lfs diff=lfs merge=lfs -text\n"
+_MODEL_API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/[^/]+)?$")
+_REPO_INFO = re.compile(r"^/api/datasets/(?P<repo>[^/]+/[^/]+)$")
+_WRITE_API = re.compile(r"^/api/datasets/(?P<repo>[^/]+/[^/]+)/(?P<what>preupload|commit|branch)/(?P<rev>[^/]+)$")
+_LFS_BATCH = re.compile(r"^/datasets/(?P<repo>[^/]+/[^/]+)\.git/info/lfs/objects/batch$")
+_UPLOAD = re.compile(r"^/upload/(?P<sha256>[0-9a-f]{64})$")
+
+
+def _commit_sha(repo: FakeRepo, parent: str, files: dict[str, bytes]) -> str:
+    h = hashlib.sha1(f"{repo.repo_id}\0{parent}\0{len(repo.commits)}".encode())
+    for path in sorted(files):
+        h.update(path.encode() + b"\0" + sha256_hex(files[path]).encode())
+    return h.hexdigest()
+
+
+class _Writing:
+    """The handler's write verbs (a mixin of :class:`_Handler`, kept apart from the read side)."""
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _may_write(self) -> bool:
+        """Whether the request carries a write token; answers 401 (none or unknown) or 403 (read only) otherwise."""
+        auth = self.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else None
+        if token in self.hub.write_tokens:
+            return True
+        if token in self.hub.tokens:
+            self._error(403, None, "You don't have the rights to write to this repository: your token is read-only.")
+        else:
+            self._error(401, None, "Invalid credentials in Authorization header")
+        return False
+
+    def _drop(self) -> None:
+        """Close the connection without an answer (a network failure as the client sees it)."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _dispatch_write(self, method: str) -> None:
+        raw, _ = self._log(method)
+        body = self._body()
+        if self.server.role == "cdn":
+            m = _UPLOAD.match(raw)
+            if method != "PUT" or m is None:
+                return self._error(404, None, f"no route for {method} {raw}")
+            return self._upload(m.group("sha256"), body)
+        if method != "POST":
+            return self._error(405, None, "method not allowed")
+        if raw == "/api/validate-yaml":
+            return self._json({"errors": [], "warnings": []})
+        if raw == "/api/repos/create":
+            return self._create_repo(json.loads(body or b"{}"))
+        if (m := _LFS_BATCH.match(raw)) is not None:
+            return self._lfs_batch(unquote(m.group("repo")), json.loads(body or b"{}"))
+        if (m := _WRITE_API.match(raw)) is not None:
+            repo = self._repo(unquote(m.group("repo")))
+            if repo is None or not self._may_write():
+                return
+            rev, what = unquote(m.group("rev")), m.group("what")
+            if what == "branch":
+                return self._create_branch(repo, rev, json.loads(body or b"{}"))
+            if what == "preupload":
+                return self._preupload(repo, rev, json.loads(body or b"{}"))
+            return self._commit(repo, rev, body)
+        self._error(404, None, f"no route for {method} {raw}")
+
+    def _model_repo(self, repo_id: str, head: bool) -> None:
+        if repo_id not in self.hub.model_repos:
+            return self._error(404, "RepoNotFound", "Repository not found", head=head)
+        self._json({"id": repo_id, "sha": hashlib.sha1(repo_id.encode()).hexdigest(), "private": False})
+
+    def _create_repo(self, payload: dict) -> None:
+        if not self._may_write():
+            return
+        if payload.get("type") != "dataset":
+            return self._error(400, None, "this fake Hub creates dataset repos only")
+        repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+        if repo_id in self.hub.repos:
+            return self._json({"error": "You already created this dataset repo", "url": f"{self.hub.url}/datasets/{repo_id}"}, 409)
+        with self.hub.lock:
+            repo = self.hub.add_repo(repo_id)
+            repo.private = bool(payload.get("private")) or payload.get("visibility") == "private"
+            repo.push("main", {".gitattributes": GITATTRIBUTES})  # (the Hub's first commit)
+        self._json({"url": f"{self.hub.url}/datasets/{repo_id}", "name": repo_id, "id": repo_id})
+
+    def _create_branch(self, repo: FakeRepo, branch: str, payload: dict) -> None:
+        if branch in repo.branches:
+            return self._error(409, None, f"Reference already exists: refs/heads/{branch}")
+        start = repo.commit_for(payload.get("startingPoint") or "main")
+        if start is None:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {payload.get('startingPoint')}")
+        with self.hub.lock:
+            repo.branches[branch] = start.sha
+        self._json({})
+
+    def _preupload(self, repo: FakeRepo, rev: str, payload: dict) -> None:
+        commit = repo.commit_for(rev)
+        if commit is None:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+        files = []
+        for f in payload.get("files", []):
+            lfs = f["path"].endswith(LFS_SUFFIXES)
+            have = commit.files.get(f["path"])
+            oid = None if have is None else (sha256_hex(have) if lfs else git_blob_sha(have))
+            files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+        self._json({"files": files, "commitOid": commit.sha})
+
+    def _lfs_batch(self, repo_id: str, payload: dict) -> None:
+        repo = self._repo(repo_id)
+        if repo is None or not self._may_write():
+            return
+        objects = []
+        for o in payload.get("objects", []):
+            entry = {"oid": o["oid"], "size": o["size"]}
+            if self.hub.blob(o["oid"]) is None and o["oid"] not in self.hub.uploaded:
+                entry["actions"] = {"upload": {"href": f"{self.hub.cdn_url}/upload/{o['oid']}", "header": {}}}
+            objects.append(entry)
+        self._json({"transfer": "basic", "objects": objects})
+
+    def _upload(self, sha256: str, body: bytes) -> None:
+        with self.hub.lock:
+            failing = self.hub.fail_uploads
+            if failing:
+                self.hub.fail_uploads = failing - 1 if failing > 0 else failing
+        if failing:
+            return self._error(503, None, "Service Unavailable")
+        if sha256_hex(body) != sha256:
+            return self._error(400, None, "the body's sha256 is not the object id")
+        with self.hub.lock:
+            self.hub.uploaded[sha256] = body
+        self._send(200)
+
+    def _commit(self, repo: FakeRepo, rev: str, body: bytes) -> None:
+        with self.hub.lock:
+            failure, self.hub.commit_failure = self.hub.commit_failure, None
+        if failure == "before":
+            return self._drop()
+        if rev not in repo.branches:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        header = next((x["value"] for x in lines if x["key"] == "header"), {})
+        with self.hub.lock:
+            head = repo.branches[rev]
+            parent = header.get("parentCommit")
+            if parent and not head.startswith(parent):
+                return self._error(412, None, f"A commit has happened since {parent}: the branch is at {head}")
+            files = dict(repo.commits[head].files)
+            for item in lines:
+                key, value = item["key"], item.get("value", {})
+                if key == "file":
+                    files[value["path"]] = base64.b64decode(value["content"])
+                elif key == "lfsFile":
+                    data = self.hub.uploaded.get(value["oid"]) or (self.hub.blob(value["oid"]) or (None, None))[1]
+                    if data is None:
+                        return self._error(422, None, f"LFS object {value['oid']} was never uploaded")
+                    files[value["path"]] = data
+                elif key == "deletedFile":
+                    files.pop(value["path"], None)
+                elif key == "deletedFolder":
+                    prefix = value["path"].rstrip("/") + "/"
+                    files = {p: d for p, d in files.items() if not p.startswith(prefix)}
+            sha = _commit_sha(repo, head, files)
+            repo.commits[sha] = Commit(sha, files)
+            for path, data in files.items():
+                if path.endswith(LFS_SUFFIXES):
+                    repo.blobs[sha256_hex(data)] = (path, data)
+            repo.branches[rev] = sha
+        if failure == "after":
+            return self._drop()
+        self._json({"commitUrl": f"{self.hub.url}/datasets/{repo.repo_id}/commit/{sha}", "commitOid": sha,
+                    "pullRequestUrl": None})
+
+
 # Raw (still URL-encoded) paths: the revision is exactly one segment.
 _API = re.compile(r"^/api/datasets/(?P<repo>[^/]+/[^/]+)/(?P<what>revision|tree|refs)(?:/(?P<rev>[^/]+))?(?:/(?P<path>.*))?$")
 _RESOLVE_RAW = re.compile(r"^/datasets/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
@@ -241,7 +446,7 @@ _RESOLVE = re.compile(r"^/datasets/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>.+?)/(?
 _CDN = re.compile(r"^/cdn/(?P<sha256>[0-9a-f]{64})$")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(_Writing, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
@@ -302,6 +507,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._dispatch("GET")
 
+    def do_POST(self) -> None:
+        self._dispatch_write("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch_write("PUT")
+
     def _dispatch(self, method: str) -> None:
         raw, query = self._log(method)
         head = method == "HEAD"
@@ -311,6 +522,10 @@ class _Handler(BaseHTTPRequestHandler):
             if hit is None:
                 return self._error(404, None, "no such object", head=head)
             return self._serve_bytes(hit[1], head, hit[0])
+        if (m := _MODEL_API.match(raw)) is not None:
+            return self._model_repo(unquote(m.group("repo")), head)
+        if (m := _REPO_INFO.match(raw)) is not None:  # repo_info without a revision: of its main branch
+            raw = f"/api/datasets/{m.group('repo')}/revision/main"
         if m := _API.match(raw):
             if head:
                 return self._error(405, None, "method not allowed", head=True)

@@ -39,3 +39,22 @@ def rows(home: Path) -> dict[str, list]:
                 for t in ("models", "heads", "pca", "rotation", "ingest_runs")}
     finally:
         con.close()
+
+
+def metric_differences(home_a: Path, home_b: Path) -> list[str]:
+    """The tables whose rows differ between two warehouses (every versioned table; of ``models``, the facts only).
+
+    What "the same numbers" means when the same data came by two routes (a folder and a Hub branch):
+    only the provenance (``source``, ``location``, ``revision``) and the publish time may differ.
+    """
+    from qkdb.warehouse import TABLES
+
+    queries = {t: f"select * from {t} order by all" for t, table in TABLES.items() if table.versioned and t != "models"}
+    queries["models"] = "select * exclude (source, location, revision, ingested_at) from models order by all"
+    a = duckdb.connect(str(home_a / "qk.duckdb"), read_only=True)
+    b = duckdb.connect(str(home_b / "qk.duckdb"), read_only=True)
+    try:
+        return [t for t, sql in queries.items() if a.execute(sql).fetchall() != b.execute(sql).fetchall()]
+    finally:
+        a.close()
+        b.close()
