@@ -67,13 +67,13 @@ def _pick_head(con: duckdb.DuckDBPyConnection, model: str, head) -> tuple[int, i
             l, h = heads[0]
             raise ChartError(
                 f"head {l}.{h} of model {model!r} has no stored complement scores (heads with them: {have}); "
-                + ingest_hint.replace("{LL}", f"{l:02d}").replace("{HH}", f"{h:02d}")
+                + ingest_hint.replace("{LL}", f"{l:02d}").replace("{HH}", f"{h:02d}"), kind="not_found",
             )
         return heads[0]
     if not with_scores:
         raise ChartError(
             f"model {model!r} has no head with stored complement scores (points.c0 is NULL everywhere); "
-            + ingest_hint.replace("{LL}h{HH}", "03h07")
+            + ingest_hint.replace("{LL}h{HH}", "03h07"), kind="not_found",
         )
     # The seeds' first drawn head when it has scores, else the first head that has them.
     for h in seed_sample(model_heads(con, model)):
@@ -90,7 +90,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     if not pairs:
         raise ChartError(
             f"head {layer}.{hd} of model {model!r} has no complement pairs (ingested with --no-complement?); "
-            f"re-ingest with `qkdb ingest --model {model} --force`"
+            f"re-ingest with `qkdb ingest --model {model} --force`", kind="not_found",
         )
     n = len(pairs)
     cols = ", ".join(f"c{i}" for i in range(2 * n))

@@ -579,6 +579,33 @@ def test_figures_the_data_cannot_support_say_what_to_ingest(bare_home, con):
         chart("pca-collage", con, models=["sim-a-1b", "sim-b-2b"])
 
 
+def test_the_exit_code_of_an_unsupported_figure_is_the_one_docs_figures_md_states(runner, bare_home, chart_home, tmp_path):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "figures.md").read_text()
+    section = doc.split("## When the data cannot support a figure", 1)[1].split("\n## ", 1)[0]
+    stated = int(re.search(r"exit code (\d+)", section).group(1))
+    assert stated == EXIT_CODES["not_found"]
+    con = qkdb.api.connect(chart_home, read_only=True)
+    try:
+        without = next(f"{l}.{h}" for l, h in con.execute(
+            "select distinct layer, head from points where model = 'sim-a-1b' and c0 is null order by 1, 2").fetchall())
+    finally:
+        con.close()
+    cases = [  # the page's cases, in its order
+        ["chart", "rq-vs-rk", "--home", str(tmp_path / "empty")],  # no model ingested
+        ["chart", "series-taxonomy", "--home", str(bare_home)],  # no training series
+        ["chart", "complement-collage", "--model", "sim-a-1b", "--head", without, "--home", str(chart_home)],
+        ["chart", "complement-collage", "--model", "sim-a-1b", "--head", "40.1", "--home", str(chart_home)],
+        ["chart", "rq-vs-rk", "--model", "llama3.2-3b", "--home", str(chart_home)],
+        ["chart", "series-trajectory", "--series", "nope", "--home", str(chart_home)],
+    ]
+    for args in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == stated, (args, result.output)
+        assert result.stderr.startswith("error: ") and result.stdout == ""
+
+
 def test_empty_warehouse(tmp_path):
     empty = qkdb.api.connect(tmp_path / "empty", read_only=False)  # (created by a writer: readers never do)
     try:

@@ -203,9 +203,14 @@ def test_progress_off_a_terminal_is_plain_lines_for_long_steps_only(capsys):
     assert lines == ["slow step: 2/30 files (2 s)", "slow step: 12/30 files (12 s)", "slow step: 30/30 files (31 s)"]
 
 
-def test_debug_shows_the_traceback(runner):
-    result = runner.invoke(app, ["--debug", "query", "drop view heads"])
-    assert result.exit_code != 0 and result.exception is not None
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(runner, dataset):
+    _ingest(runner, dataset)
+    plain = runner.invoke(app, ["query", "drop view heads"])
+    for line in (["--debug", "query", "drop view heads"], ["query", "drop view heads", "--debug"]):
+        result = runner.invoke(app, line)
+        assert result.exit_code == plain.exit_code == EXIT_CODES["input"], result.output
+        assert "Traceback (most recent call last)" in result.stderr and "Traceback" not in plain.stderr
+        assert result.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
 
 
 def test_models_lists_registry_and_ingest_status(runner, dataset):
