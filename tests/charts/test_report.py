@@ -22,6 +22,8 @@ from qkdb.charts.report import build_report, figure_page
 from qkdb.charts.report_html import DATA_PREFIX
 from qkdb.cli.app import app
 
+from helpers.terminal import finish, spawn_qkdb
+
 
 
 
@@ -351,3 +353,18 @@ def test_cli_report_lists_what_the_data_cannot_support(runner, bare_home, tmp_pa
     assert set(section_figures(page)) == set(registry.FIGURES) - series_figures
     result = runner.invoke(app, ["report", "-o", str(tmp_path / "r.pdf"), "--home", str(bare_home)])
     assert result.exit_code != 0 and "give -o FILE.html" in result.stderr
+
+
+def test_report_on_a_terminal_goes_to_a_file_and_redirected_to_stdout(runner, bare_home, tmp_path):
+    # At a terminal without -o: a file in the working directory, named on stderr; not 2 MB of HTML.
+    child = spawn_qkdb("report", "--home", str(bare_home), cwd=tmp_path, columns=100, timeout=180)
+    assert finish(child, timeout=180) == 0, child.transcript.getvalue()
+    said = child.transcript.getvalue()
+    written = tmp_path / "qkdb-report.html"
+    assert written.is_file() and parse(written.read_text(encoding="utf-8")).figures
+    assert "<html" not in said.lower() and "<script" not in said.lower() and len(said) < 4000
+    assert f"report {written}:" in said.replace("\r\n", " ").replace("\n", " ") and "-o FILE.html" in said
+    # Redirected (a pipe, a file): the page is the data on stdout, as before.
+    result = runner.invoke(app, ["report", "--home", str(bare_home)])
+    assert result.exit_code == 0 and result.stdout.lstrip().lower().startswith("<!doctype html")
+    assert "stdout is a terminal" not in result.stderr
