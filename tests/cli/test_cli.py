@@ -245,12 +245,14 @@ def _info_rows(fmt: str, text: str) -> list[tuple[str, str]]:
         header, rule, *rows = text.splitlines()
         assert header == "| key | value |" and rule == "|---|---|"
         return [tuple(c.strip() for c in r.strip("|").split(" | ")) for r in rows]
+    if fmt == "line":  # one record: `key = value` a line, keys right-aligned
+        return [tuple(part.strip() for part in r.split(" = ", 1)) for r in text.splitlines()]
     lines = text.splitlines()  # table: a header row drawn with heavy bars, then the rows
     assert [c.strip() for c in lines[1].strip("┃").split("┃")] == ["key", "value"]
     return [tuple(c.strip() for c in r.strip("│").split("│")) for r in lines if r.startswith("│")]
 
 
-@pytest.mark.parametrize("fmt", ["table", "csv", "jsonl", "markdown"])
+@pytest.mark.parametrize("fmt", ["table", "csv", "jsonl", "markdown", "line"])
 def test_info_lists_the_same_rows_in_every_format(runner, dataset, home, fmt):
     from qkdb import api
 
