@@ -447,3 +447,27 @@ def test_report_on_a_terminal_goes_to_a_file_and_redirected_to_stdout(runner, ba
     result = runner.invoke(app, ["report", "--home", str(bare_home)])
     assert result.exit_code == 0 and result.stdout.lstrip().lower().startswith("<!doctype html")
     assert "stdout is a terminal" not in result.stderr
+
+
+_NUMBER = re.compile(r"(?<![\w.\-−])[−-]?\d[\d,.]*%?(?![\w])")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers a text states (not those inside names such as stage1, lc-4k or PC1)."""
+    text = re.sub(r"\(seed \d{3}[^)]*\)", "", text)  # the seed's figure reference
+    text = re.sub(r"\b(pair|d −) \d+", "", text)  # names: "pair 2", "the d − 2 dimensions"
+    return {n.rstrip(".,").replace("−", "-") for n in _NUMBER.findall(text)}
+
+
+def test_captions_do_not_repeat_their_subtitles(full_report, page):
+    # On the page a figure's subtitle lines and its caption are printed together (issue 32): the
+    # subtitle says what is drawn, the caption what it shows in numbers; no number is said twice.
+    html = full_report.html
+    for fid, name in page.figures:
+        block = html[html.index(f'<figure id="{fid}"'):]
+        block = block[block.index("<figcaption>"):block.index("</figcaption>")]
+        subs = [re.sub(r"<[^>]+>", "", s) for s in re.findall(r'<span class="sub">(.*?)</span>', block)]
+        caption = re.sub(r"<[^>]+>", "", block.rsplit("</span>", 1)[-1] if subs else block)
+        caption = caption.split("The seed")[0]  # the seed's own values may well match the drawing's
+        shared = _numbers(" ".join(subs)) & _numbers(caption)
+        assert not shared, (name, shared, subs, caption)

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from qkdb.cli.app import app
-from qkdb.errors import EXIT_CODES, INTERRUPTED, QkdbError
+from qkdb.errors import EXIT_CODES, INTERRUPTED
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
