@@ -147,7 +147,8 @@ def test_missing_key_folder_is_named(runner, dataset):
     result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "toy", "--family", "Toy",
                                  "--gqa-ratio", "1", "--n-layers", "2", "-q"])
     assert result.exit_code == EXIT_CODES["input"]
-    assert "key head folder(s) missing" in result.stderr and "l00h02k" in result.stderr
+    assert "key head folders missing: l00h02k (read by l00h02q)" in result.stderr
+    assert "with --gqa-ratio 2 the query heads read exactly the key folders there are" in result.stderr
 
 
 @pytest.mark.parametrize(("value", "ok"), [("all", True), ("300", True), ("1", False), ("many", False)])
