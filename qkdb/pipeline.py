@@ -102,6 +102,8 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
         spec, HeadSelection.parse(options.heads), path=path, repo=options.repo, revision=options.revision,
         endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token, discovery=found,
     )
+    if state is None and hasattr(source, "saver_state"):  # a Hub branch's record of its capture: provenance
+        state = source.saver_state()
     capture = capture_record(metadata, state)
     fp = fingerprint(source.fingerprint() + (capture or ""), spec, options)
     notes = ([f"ignored folder {p}" for p in source.ignored] + recorded_facts_notes(name, recorded, **options.facts())

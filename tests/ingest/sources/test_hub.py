@@ -526,7 +526,8 @@ def test_ingest_by_registry_name_equals_ingest_from_a_local_path(fake, cache, da
     res = api.ingest(model="llama3.2-1b", heads="l00h03,l02h21", endpoint=fake.url, cache_dir=cache, token=False,
                      home=hub_home, workers=1)
     assert res.heads_done == len([k for k in discover(datasets["llama"]).queries if k in ((0, 3), (2, 21))])
-    assert set(fake.downloaded()) == _expected_files(datasets["llama"], LLAMA, "l00h03,l02h21")  # nothing else
+    # The head files the selection needs, and the branch's record of its capture (provenance), nothing else.
+    assert set(fake.downloaded()) == _expected_files(datasets["llama"], LLAMA, "l00h03,l02h21") | {"_saver_state.json"}
 
     api.ingest(datasets["llama"], model="llama3.2-1b", heads="l00h03,l02h21", home=path_home, workers=1)
     for table in METRIC_TABLES:
@@ -684,3 +685,13 @@ def test_a_branch_laid_out_as_qk_sniffer_pushes_it_ingests_by_name(fake, tmp_pat
     assert out.returncode == 0, out.stderr
     assert "ignored" not in out.stderr  # the card, the state and .gitattributes are no head folders to report
     assert _ingested(tmp_path) == [("llama3.2-1b", "hub", LLAMA.dataset_revision)]
+    # The branch's record of its capture is the model's provenance.
+    from qkdb import api
+
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        capture = json.loads(con.execute("select capture from models").fetchone()[0])
+    finally:
+        con.close()
+    assert capture == {"written_by": "qk-sniffer", "model_name": state["model_name"], **state["model_metadata"],
+                       "bucket_counts": state["bucket_counts"]}
