@@ -52,18 +52,19 @@ def fit_columns(names: list[str], rows: list[list[str]], width: int | None) -> F
     widths = [least[i] for i in shown]
     elided = len(names) - len(shown)
     spare = width - frame_width(widths + ([len(ELIDED)] if elided else []))
-    # What is left goes to the wrapping columns, evenly, none beyond its natural width.
+    # What is left goes to the wrapping columns in proportion to what each lacks, none beyond its
+    # natural width (a long description gets more than a short list of names).
     wants = [natural[i] - w for i, w in zip(shown, widths)]
-    while spare > 0 and any(wants):
-        open_ = [k for k, want in enumerate(wants) if want > 0]
-        share = max(1, spare // len(open_))
-        for k in open_:
-            give = min(share, wants[k], spare)
+    total = sum(wants)
+    if total:
+        gives = [min(want, spare * want // total) for want in wants]
+        for k, give in enumerate(gives):
             widths[k] += give
-            wants[k] -= give
-            spare -= give
-            if spare == 0:
-                break
+        spare -= sum(gives)
+        for k in sorted(range(len(wants)), key=lambda k: gives[k] - wants[k]):  # the rest, one each
+            if spare and widths[k] < natural[shown[k]]:
+                widths[k] += 1
+                spare -= 1
     return Fit(shown, widths, elided)
 
 
