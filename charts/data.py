@@ -261,7 +261,7 @@ def resolve_series(con: duckdb.DuckDBPyConnection, series: str | None = None, mi
     if counts[series] < min_checkpoints:
         raise ChartError(
             f"series {series!r} has {counts[series]} checkpoint ingested; a trajectory needs at least "
-            f"{min_checkpoints}: ingest more checkpoints of it (see `qkdb models`)"
+            f"{min_checkpoints}: ingest more checkpoints of it (see `qkdb models`)", kind="not_found",
         )
     return series
 

@@ -202,7 +202,7 @@ class Explorer:
 
     def note(self, n_drawn: int) -> str:
         """The subtitle line that tells the reader what to click."""
-        return (
-            f"Click an outlined head (points embedded for {len(self.keys):,} of the {n_drawn:,} drawn) to see its "
-            "sampled Q/K points on the right; dropdowns below filter by family and model."
-        )
+        which = ("a head" if len(self.keys) >= n_drawn
+                 else f"an outlined head ({len(self.keys):,} of those drawn carry their points)")
+        return (f"Click {which} to see its sampled Q/K points on the right; dropdowns below filter by family and "
+                "model.")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import duckdb
-from qkdb.charts import claims, registry, style
+from qkdb.charts import claims, registry, scorecard, style
 from qkdb.charts.caption import text_of
 from qkdb.charts.data import ingested, resolve_models, rows, single_threaded
 from qkdb.charts.explorer import shared as explorer_shared
@@ -46,7 +46,9 @@ FINDING_COLUMNS = (
     "id", "seed", "finding", "statement", "scope", "seed_value", "measured", "status", "criterion", "ci_method",
     "n_models", "n_heads",
 )
-TABLE_COLUMNS = ("id", "finding", "statement", "scope", "seed_value", "measured", "status", "criterion")
+# The findings table's columns. The seed's place ("Finding 2") and the criterion are set inside the
+# statement's cell, so that the table fits a 1,024-px window without losing either.
+TABLE_COLUMNS = ("id", "statement", "scope", "seed_value", "measured", "status")
 
 
 @dataclass
@@ -201,55 +203,22 @@ def _missing_html(name: str, context: str, reason: str) -> str:
     return f'<p class="missing" data-missing="{html.escape(name)}">Not shown: <code>{html.escape(what)}</code>: {html.escape(reason)}</p>'
 
 
-def _row_values(r: dict) -> str:
-    return f"seed {esc(r.get('seed_value'))} · here {esc(r.get('measured')) or '—'}"
-
-
-def _group_rows(group: claims.ClaimGroup, findings: list[dict]) -> list[dict]:
-    return [r for r in findings if claims.group_of(r["id"]) is group]
-
-
-def _tally(rs: list[dict]) -> str:
-    chips = []
-    for s in STATUSES:
-        n = sum(r.get("status") == s for r in rs)
-        if n:
-            chips.append(f'<i class="{status_class(s)}" title="{n} {html.escape(s)}">{n}</i>')
-    return f'<span class="tally">{"".join(chips)}</span>'
-
-
-def _headline(group: claims.ClaimGroup, rs: list[dict]) -> dict | None:
-    return next((r for r in rs if r["id"] == group.headline), rs[0] if rs else None)
-
-
-def _scorecard(findings: list[dict]) -> str:
-    out = ['<table class="scorecard"><colgroup><col style="width:50%"><col style="width:12%"><col style="width:20%">'
-           '<col style="width:9%"><col style="width:9%"></colgroup>'
-           '<thead><tr><th>claim</th><th>seed says</th><th>measured here [95% interval]</th>'
-           "<th>verdict</th><th>all its rows</th></tr></thead><tbody>"]
-    for g in claims.GROUPS:
-        rs = _group_rows(g, findings)
-        h = _headline(g, rs) or {}
-        out.append(
-            f'<tr class="{status_class(h.get("status"))}">'
-            f'<td class="claim"><span class="seedtag">{g.seed} · {html.escape(g.label)}</span> '
-            f'<a href="#{g.anchor}">{html.escape(g.claim)}</a></td>'
-            f'<td class="num">{esc(h.get("seed_value"))}</td><td class="num">{esc(h.get("measured")) or "—"}</td>'
-            f'<td>{verdict(h.get("status"))}</td><td>{_tally(rs)}</td></tr>'
-        )
-    out.append("</tbody></table>")
-    return "\n".join(out)
+def _row_values(r: dict, given: dict) -> str:
+    return f"seed {esc(r.get('seed_value'))} · here {html.escape(scorecard.measured_text(r, given)) or '—'}"
 
 
 def _claim_section(group: claims.ClaimGroup, findings: list[dict], drawn: list[Drawn], fig_index: dict,
-                   missing: list[tuple[str, str, str]]) -> str:
-    rs = _group_rows(group, findings)
-    h = _headline(group, rs)
+                   missing: list[tuple[str, str, str]], given: dict) -> str:
+    rs = scorecard.group_rows(group, findings)
+    h = scorecard.headline(group, rs)
+    status = scorecard.claim_verdict(rs)
     card = [f'<div class="seedtag">{html.escape(claims.SEEDS[group.seed])} · {html.escape(group.label)}</div>',
             f'<h3 class="claimtext">{html.escape(group.claim)}</h3>']
     if h:
         card.append(
-            f'<div class="headline">{verdict(h.get("status"))} <span class="value">{esc(h.get("measured")) or "no data"}</span>'
+            f'<div class="headline">{verdict(status)} '
+            + ('<span class="vals">its rows disagree: each has its verdict below</span><br>' if status == scorecard.MIXED else "")
+            + f'<span class="value">{html.escape(scorecard.measured_text(h, given)) or "no data"}</span>'
             f'<br><span class="vals">{esc(h.get("statement"))} · seed {esc(h.get("seed_value"))} · '
             f'{esc(h.get("criterion"))}</span></div>'
         )
@@ -262,7 +231,7 @@ def _claim_section(group: claims.ClaimGroup, findings: list[dict], drawn: list[D
         card.extend(
             f'<li id="c-{html.escape(r["id"])}">{verdict(r.get("status"))} '
             f'<a href="#f-{html.escape(r["id"])}" title="{html.escape(r["id"])}">{esc(r.get("scope"))}</a>'
-            f'<span class="vals">{_row_values(r)}</span></li>'
+            f'<span class="vals">{_row_values(r, given)}</span></li>'
             for r in group_rows
         )
         card.append("</ul>")
@@ -278,7 +247,16 @@ def _claim_section(group: claims.ClaimGroup, findings: list[dict], drawn: list[D
             f'<div class="figures">{"".join(figs)}</div></section>')
 
 
-def _findings_table(findings: list[dict], fig_index: dict) -> str:
+def _findings_cell(c: str, r: dict, given: dict) -> str:
+    if c == "statement":
+        return (f'<span class="seedtag">{esc(r.get("finding"))}</span> {esc(r.get("statement"))}'
+                f'<span class="crit">{esc(r.get("criterion"))}</span>')
+    if c == "measured":
+        return html.escape(scorecard.measured_text(r, given))
+    return esc(r.get(c))
+
+
+def _findings_table(findings: list[dict], fig_index: dict, given: dict) -> str:
     scopes = sorted({r.get("scope") or "" for r in findings})
     options = lambda values: "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)  # noqa: E731
     filters = (
@@ -294,7 +272,7 @@ def _findings_table(findings: list[dict], fig_index: dict) -> str:
     for r in findings:
         figs = [fig_index[n] for n in claims.figures_for(r["id"]) if n in fig_index]
         links = " ".join(f'<a href="#{d.anchor}" title="{html.escape(d.figure.name)}">{d.number}</a>' for d in figs)
-        cells = "".join(f'<td class="{c}">{esc(r.get(c))}</td>' for c in TABLE_COLUMNS)
+        cells = "".join(f'<td class="{c}">{_findings_cell(c, r, given)}</td>' for c in TABLE_COLUMNS)
         out.append(
             f'<tr id="f-{html.escape(r["id"])}" class="{status_class(r.get("status"))}" data-status="{esc(r.get("status"))}" '
             f'data-seed="{esc(r.get("seed"))}" data-scope="{esc(r.get("scope"))}">{cells}<td class="figs">{links}</td></tr>'
@@ -419,6 +397,10 @@ def build_report(
     except ChartError as exc:
         findings_error = str(exc)
     findings = report.findings
+    try:  # the two means behind each difference or ratio row, printed beside it
+        given = scorecard.inputs(con) if findings else {}
+    except ChartError:
+        given = {}
 
     jobs = _jobs(con, models, series)
     made = _make_all(con, jobs, progress, helper)
@@ -453,11 +435,13 @@ def build_report(
         ) + f'<span class="meta">of {len(findings)} findings rows</span></p>')
         body.append(
             '<p class="meta">One row per claim: the seed\'s value, the value measured on the ingested models with its 95% '
-            "interval, and the verdict. A claim <em>holds</em> or <em>does not hold</em> only when the interval decides it "
-            "against the criterion; otherwise it is <em>inconclusive</em> (docs/findings.md). The chips count all the "
-            "claim's rows by verdict; the claim's section has each of them.</p>"
+            "interval, and the verdict. A row <em>holds</em> or <em>does not hold</em> only when the interval decides it "
+            "against the criterion; otherwise it is <em>inconclusive</em> (docs/findings.md). A claim takes the verdict "
+            "its rows with data agree on; where they disagree it reads <em>mixed</em> and its rows are listed under it. "
+            "A difference or ratio of two means is printed with the two. The chips count all the claim's rows by "
+            "verdict; the claim's section has each of them.</p>"
         )
-        body.append(_scorecard(findings))
+        body.append(scorecard.scorecard(findings, given))
     if front:
         body.append('<h2 id="headline-figures" style="margin-top:26px">Headline figures</h2><div class="front-figures">')
         body.extend(_figure_html(d, link=True) for d in front)
@@ -467,14 +451,14 @@ def build_report(
         body.append(f'<div class="part" id="seed-{seed}"><h2>{html.escape(seed_title)}</h2></div>')
         for group in (g for g in claims.GROUPS if g.seed == seed):
             body.append(_claim_section(group, findings, by_group.get(group.key, []), fig_index,
-                                       figs.missing_by_group.get(group.key, [])))
+                                       figs.missing_by_group.get(group.key, []), given))
     body.append('<div class="part" id="findings"><h2>All findings</h2></div>')
     body.append(
         '<p class="meta">Every row of the <code>findings</code> view (<code>qkdb findings</code>, '
         "<code>qkdb describe findings</code>): the value measured here with its 95% interval in brackets, the verdict and "
         "its criterion; the last column links the figures that show the row's claim.</p>"
     )
-    body.append(_findings_table(findings, fig_index) if findings else '<p class="meta">No findings rows.</p>')
+    body.append(_findings_table(findings, fig_index, given) if findings else '<p class="meta">No findings rows.</p>')
     if report.missing:
         body.append('<div class="part" id="not-shown"><h2>Figures the data cannot support</h2></div><ul>')
         body.extend(f"<li><code>{html.escape(name)}</code>: {html.escape(reason)}</li>" for name, reason in report.missing)

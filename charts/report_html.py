@@ -19,7 +19,8 @@ STATUSES = ("holds", "does not hold", "inconclusive", "no data")
 DATA_PREFIX = "qkdb-data:"
 
 CSS = """
-:root { --holds: #1a7f37; --fails: #b2182b; --inconclusive: #9a6700; --nodata: #8c8c8c; --rule: #d8dee4; }
+:root { --holds: #1a7f37; --fails: #b2182b; --inconclusive: #9a6700; --nodata: #8c8c8c; --mixed: #6639ba;
+        --rule: #d8dee4; }
 * { box-sizing: border-box; }
 body { font-family: "DejaVu Sans", "Liberation Sans", Verdana, sans-serif; margin: 0; color: #1f2328; background: #fff;
        font-size: 14px; line-height: 1.45; }
@@ -37,6 +38,7 @@ code { font-size: 12.5px; background: #f3f4f6; padding: 0 3px; border-radius: 3p
            white-space: nowrap; }
 .verdict.holds { background: var(--holds); } .verdict.does-not-hold { background: var(--fails); }
 .verdict.inconclusive { background: var(--inconclusive); } .verdict.no-data { background: var(--nodata); }
+.verdict.mixed { background: var(--mixed); }
 .verdicts span { font-weight: bold; margin-right: 1.2em; font-size: 15px; }
 .verdicts .holds { color: var(--holds); } .verdicts .does-not-hold { color: var(--fails); }
 .verdicts .inconclusive { color: var(--inconclusive); } .verdicts .no-data { color: var(--nodata); }
@@ -49,6 +51,9 @@ th, td { border-bottom: 1px solid var(--rule); padding: 5px 8px; text-align: lef
 th { background: #f6f8fa; position: sticky; top: 0; z-index: 1; }
 table.scorecard { width: 100%; margin: 6px 0 4px; table-layout: fixed; }
 table.scorecard td.num { overflow-wrap: anywhere; }
+table.scorecard tr.subrow td { font-size: 12px; border-bottom: 1px dotted var(--rule); padding-top: 2px; padding-bottom: 2px; }
+table.scorecard tr.subrow td.claim { padding-left: 28px; }
+table.scorecard tr.subrow .verdict { font-size: 10.5px; padding: 0 6px; }
 .seedtag { color: #59636e; font-size: 12px; white-space: nowrap; }
 .front-figures { margin-top: 12px; }
 section.claim { display: grid; grid-template-columns: minmax(280px, 390px) minmax(0, 1fr); gap: 30px;
@@ -83,7 +88,11 @@ nav.contents li.group { list-style: none; margin-left: -22px; font-weight: bold;
 .filters { margin: 8px 0; font-size: 13px; } .filters label { margin-right: 16px; }
 .filters select, .filters input { font: inherit; font-size: 13px; }
 table.findings { width: 100%; }
-table.findings td.measured, table.findings td.seed_value { white-space: nowrap; }
+table.findings td.id { white-space: nowrap; width: 1%; }
+table.findings td.status { white-space: nowrap; }
+table.findings td.measured { min-width: 9em; }
+table.findings td.statement { width: 36%; }
+table.findings .crit { display: block; color: #59636e; font-size: 12px; margin-top: 2px; }
 tr.holds td.status { color: var(--holds); font-weight: bold; }
 tr.does-not-hold td.status { color: var(--fails); font-weight: bold; }
 tr.inconclusive td.status { color: var(--inconclusive); font-weight: bold; }

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from qkdb import warehouse
 from qkdb.ingest import (
-    VALUE_BOUND, HeadSelection, collage_heads, default_workers, discover, open_source, read_metadata, resolve_spec,
-    rope_layout, run_groups, spec_notes, tune_ingest_process,
+    VALUE_BOUND, HeadSelection, capture_record, collage_heads, dataset_facts, default_workers, discover, open_source,
+    read_metadata, read_saver_state, recorded_facts_notes, resolve_spec, rope_layout, run_groups, spec_notes,
+    tune_ingest_process,
 )
 from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
 from qkdb._version import version
@@ -59,6 +60,7 @@ class _Run:
     notes: list[str]
     cluster: str | None = None  # the Ray cluster's address, when the heads were computed on one
     ray_version: str | None = None
+    capture: str | None = None  # models.capture: how the dataset says its vectors were captured (JSON)
 
 
 def fingerprint(data: str, spec, options) -> str:
@@ -91,7 +93,10 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
         listing = hub.branch_listing(name, options.repo, options.revision, endpoint=options.endpoint,
                                      cache_dir=options.cache_dir, token=options.token)
         metadata = listing.metadata if listing is not None else {}
-    spec = resolve_spec(name, metadata, **options.facts())
+    # qk-sniffer's own record of the capture: facts after the options, the registry and qkdb_dataset.json.
+    state = read_saver_state(path) if path is not None else None
+    recorded = dataset_facts(metadata, state)
+    spec = resolve_spec(name, recorded, **options.facts())
     warehouse.store.check_model_name(spec.model)
     spec = rope_layout.reconcile_options(spec, options, metadata)
     rope_notes = rope_layout.check_rope(spec, options)
@@ -102,9 +107,13 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
         spec, HeadSelection.parse(options.heads), path=path, repo=options.repo, revision=options.revision,
         endpoint=options.endpoint, cache_dir=options.cache_dir, token=options.token, discovery=found, listing=listing,
     )
-    fp = fingerprint(source.fingerprint(), spec, options)
-    notes = [f"ignored folder {p}" for p in source.ignored] + spec_notes(spec, options.complement) + rope_notes
-    return _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes)
+    if state is None and hasattr(source, "saver_state"):  # a Hub branch's record of its capture: provenance
+        state = source.saver_state()
+    capture = capture_record(metadata, state)
+    fp = fingerprint(source.fingerprint() + (capture or ""), spec, options)
+    notes = ([f"ignored folder {p}" for p in source.ignored] + recorded_facts_notes(name, recorded, **options.facts())
+             + spec_notes(spec, options.complement) + rope_notes)
+    return _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes, capture=capture)
 
 
 def run(path: Path | None, name: str | None, options, *, kind: str | None, home: Path,
@@ -450,7 +459,7 @@ def _target_models(targets: list[tuple[Path | None, str | None]]) -> list[str] |
     for path, name in targets:
         if not name and path is not None:
             try:
-                name = read_metadata(path).get("model")
+                name = dataset_facts(read_metadata(path), read_saver_state(path)).get("model")
             except (QkdbError, OSError):
                 name = None
         if not isinstance(name, str) or not name:
@@ -586,7 +595,7 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
         "phase": spec.phase, "step": spec.step, "source": kind, "location": job.source.location,
         "revision": job.source.revision or spec.dataset_revision if kind == "hub" else job.source.revision,
-        "n_heads": n_heads, "b_method": job.options.b_method, "ingested_at": published,
+        "n_heads": n_heads, "b_method": job.options.b_method, "capture": job.capture, "ingested_at": published,
     }
 
 

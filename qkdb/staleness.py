@@ -109,16 +109,15 @@ def _planes_view(layout):
     return None if layout is None else replace(layout, source="given" if layout.omega is not None else "fitted")
 
 
-def _metadata(row: dict) -> dict:
-    from qkdb.ingest import read_metadata
+def _metadata(row: dict) -> tuple[dict, dict]:
+    """(qkdb_dataset.json, the facts the dataset records) of a local dataset, as the ingest reads them."""
+    from qkdb.ingest import dataset_facts, read_metadata, read_saver_state
 
     location = row.get("location")
     if row.get("source") in ("hub", None) or not location or not Path(location).is_dir():
-        return {}
-    try:
-        return read_metadata(Path(location))
-    except QkdbError:
-        return {}
+        return {}, {}
+    metadata = read_metadata(Path(location))
+    return metadata, dataset_facts(metadata, read_saver_state(Path(location)))
 
 
 def current_spec(row: dict, parameters: dict | None):
@@ -130,8 +129,8 @@ def current_spec(row: dict, parameters: dict | None):
     if row.get("source") not in ("hub", None) and not (location and Path(location).is_dir()):
         return None  # the dataset is gone: what its qkdb_dataset.json said is unknown here
     try:
-        metadata = _metadata(row)
-        spec = resolve_spec(row["model"], metadata, **given)
+        metadata, recorded = _metadata(row)
+        spec = resolve_spec(row["model"], recorded, **given)
         return rope_layout.reconcile_options(spec, IngestOptions(**{k: v for k, v in given.items()
                                                                      if k.startswith("rope_")}), metadata)
     except (QkdbError, TypeError, ValueError):

@@ -114,6 +114,7 @@ MODELS = Table(
         Column("revision", s, "Dataset branch/revision ingested, when from the Hub."),
         Column("n_heads", i32, "Query heads ingested."),
         Column("b_method", s, "How axis b was built: 'eig' (top eigenvector of the projected C_delta) or 'mean_diff'."),
+        Column("capture", s, "How the vectors were captured, as the dataset records it (JSON): qk-sniffer's _saver_state.json (its model_name, source dataset and split, sampling strategy, bucket size and counts, head-sampling seed and counts) or the capture section of a qkdb sniff/simulate qkdb_dataset.json; NULL when the dataset records none."),
         Column("ingested_at", pa.timestamp("us", tz="UTC"), "When this version of the model was published."),
     ),
 )

@@ -68,8 +68,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     title = alt.TitleParams(
         "Recency bias per head: bias strength by family",
         subtitle=[
-            f"Planar rotation (seed 002 figure 04): {total:,} heads of {len(chosen)} model(s); "
-            f"{fmt_pct(overall, 1)} have positive (recency) bias; dashed line: zero.",
+            "Planar rotation (seed 002 figure 04): heads per bin of bias strength, a panel per family; "
+            "dashed line: zero (right of it recency, left of it primacy).",
             f"{BIAS_DEF[0].upper()}{BIAS_DEF[1:]}."
             + (f" {n_out} head(s) beyond the 0.5–99.5% quantiles are counted in the end bins." if n_out else ""),
 

@@ -49,7 +49,7 @@ def collage_heads(con: duckdb.DuckDBPyConnection, model: str, head) -> list[tupl
         return heads
     all_heads = model_heads(con, model)
     if not all_heads:
-        raise ChartError(f"model {model!r} has no heads in the warehouse; re-ingest it")
+        raise ChartError(f"model {model!r} has no heads in the warehouse; re-ingest it", kind="not_found")
     return seed_sample(all_heads)
 
 
@@ -61,7 +61,8 @@ def point_rows(con: duckdb.DuckDBPyConnection, model: str, heads: list[tuple[int
     if not have:
         raise ChartError(
             f"no sampled points are stored for model {model!r} (heads {', '.join(head_label(*h) for h in heads)}): "
-            "re-ingest it with points, e.g. `qkdb ingest --model ... --force` (the default keeps 512 per kind)"
+            "re-ingest it with points, e.g. `qkdb ingest --model ... --force` (the default keeps 512 per kind)",
+            kind="not_found",
         )
     return data
 

@@ -42,6 +42,16 @@ _HAS_SCORES = """
 select distinct layer, head from points where model = $model and c0 is not null order by layer, head
 """
 
+_STRENGTH = """
+select c.layer, c.head, max(c.omega_r_squared * c.ring) as strength,
+       arg_max(c.pair, c.omega_r_squared * c.ring) as pair
+from complement c
+where c.model = $model and (c.layer, c.head) in (
+    select (layer, head) from points where model = $model and c0 is not null
+)
+group by c.layer, c.head
+"""
+
 _PAIRS = """
 select pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, statistic, p_adjusted, active,
        (select plane_alpha from params) as alpha
@@ -51,7 +61,8 @@ order by pair
 """
 
 
-def _pick_head(con: duckdb.DuckDBPyConnection, model: str, head) -> tuple[int, int]:
+def _pick_head(con: duckdb.DuckDBPyConnection, model: str, head) -> tuple[tuple[int, int], list | None]:
+    """The head to draw: the one asked for, else the stored head with the strongest ring (and the ranking that chose it)."""
     with_scores = [(r["layer"], r["head"]) for r in rows(con, _HAS_SCORES, {"model": model})]
     heads = parse_heads(head)
     ingest_hint = (
@@ -67,30 +78,41 @@ def _pick_head(con: duckdb.DuckDBPyConnection, model: str, head) -> tuple[int, i
             l, h = heads[0]
             raise ChartError(
                 f"head {l}.{h} of model {model!r} has no stored complement scores (heads with them: {have}); "
-                + ingest_hint.replace("{LL}", f"{l:02d}").replace("{HH}", f"{h:02d}")
+                + ingest_hint.replace("{LL}", f"{l:02d}").replace("{HH}", f"{h:02d}"), kind="not_found",
             )
-        return heads[0]
+        return heads[0], None
     if not with_scores:
         raise ChartError(
             f"model {model!r} has no head with stored complement scores (points.c0 is NULL everywhere); "
-            + ingest_hint.replace("{LL}h{HH}", "03h07")
+            + ingest_hint.replace("{LL}h{HH}", "03h07"), kind="not_found",
         )
-    # The seeds' first drawn head when it has scores, else the first head that has them.
-    for h in seed_sample(model_heads(con, model)):
-        if h in with_scores:
-            return h
-    return with_scores[0]
+    return _strongest_ring(con, model, with_scores)
+
+
+def _strongest_ring(con: duckdb.DuckDBPyConnection, model: str, with_scores: list[tuple[int, int]]):
+    """The stored head with the clearest ring, and every stored head's best pair: ((layer, head), [(layer, head, pair, strength)]).
+
+    A pair's ring strength is ρ² × ring: how strongly its angle follows position at its ω (RoPE turns a
+    ring with position) times how ring-shaped it is (1 for a ring, π/4 for a Gaussian blob). The
+    seeds' random.Random(42) sample often lands on a head of blobs while another stored head shows
+    clear rings; ties (and heads without ω) keep the seeds' order.
+    """
+    best = {(r["layer"], r["head"]): r for r in rows(con, _STRENGTH, {"model": model})}
+    order = [h for h in seed_sample(model_heads(con, model)) if h in with_scores]
+    order += [h for h in with_scores if h not in order]
+    ranked = sorted(order, key=lambda h: -(best.get(h, {}).get("strength") or -1.0))
+    return ranked[0], [(h[0], h[1], best.get(h, {}).get("pair"), best.get(h, {}).get("strength")) for h in ranked]
 
 
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.ConcatChart:
     """A grid of the head's complement SVD pairs (s_2i, s_2i+1), Q blues / K reds by position."""
     model = resolve_one_model(con, models, "complement-collage")
-    layer, hd = _pick_head(con, model, head)
+    (layer, hd), ranking = _pick_head(con, model, head)
     pairs = rows(con, _PAIRS, {"model": model, "layer": layer, "head": hd})
     if not pairs:
         raise ChartError(
             f"head {layer}.{hd} of model {model!r} has no complement pairs (ingested with --no-complement?); "
-            f"re-ingest with `qkdb ingest --model {model} --force`"
+            f"re-ingest with `qkdb ingest --model {model} --force`", kind="not_found",
         )
     n = len(pairs)
     cols = ", ".join(f"c{i}" for i in range(2 * n))
@@ -143,6 +165,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     tested = any(p["p_adjusted"] is not None for p in pairs)
     test = (f"pass the phase–position test (Holm-adjusted p < {alpha:g})" if tested
             else "carry the stored active flag (ingested before the test; re-ingest to apply it)")
+    # The subtitle says what is drawn (and why this head); the numbers are the caption's.
     title = alt.TitleParams(
         f"Complement of {{a, b}}: {model} {head_label(layer, hd)}",
         subtitle=[
@@ -150,15 +173,26 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
             f"the d − 2 dimensions outside {{a, b}} ({fmt_pct(None if plane is None else 1 - plane)} of the variance).",
             "Q blue, K red, light = early, dark = late position; per pair: ρ² = strength of the phase–position relation "
             "at the fitted ω (rad/token), its p-value, share of complement variance.",
-            f"{n_pass} of {n} pairs {test}, holding {fmt_pct(pass_share)} of the complement variance; passing means "
-            "not chance, not visible: titles darken with ρ².",
+            "Titles darken with ρ²: passing the phase–position test means not chance, not visible.",
+            *(["The head: of those with stored complement scores, the one with the strongest ring "
+               "(ρ² × ring of its best pair); --head draws another."] if ranking else []),
         ],
     )
     strongest = sorted((p for p in pairs if p["omega_r_squared"] is not None), key=lambda p: -p["omega_r_squared"])[:3]
     r2 = sorted(p["omega_r_squared"] for p in pairs if p["omega_r_squared"] is not None)
     median = r2[len(r2) // 2] if r2 else None
+    chosen = ""
+    if ranking:
+        _, _, best_pair, strength = ranking[0]
+        p0 = next((p for p in pairs if p["pair"] == best_pair), None)
+        others = [f"{head_label(l, h)} {fmt_num(v)}" for l, h, _, v in ranking[1:]]
+        chosen = (f", the strongest ring of the {count(len(ranking), 'head')} with stored complement scores"
+                  + (f" (pair {best_pair}: ρ² {fmt_num(p0['omega_r_squared'])} × ring {fmt_num(p0['ring'])} = "
+                     f"{fmt_num(strength)}" + (f"; the others' best: {', '.join(others)}" if others else "") + ")"
+                     if p0 is not None and strength is not None else ""))
     caption = (
-        f"Head {head_label(layer, hd)} of {model}: {count(n, 'complement pair')}, {n_pass} of which {test}. "
+        f"Head {head_label(layer, hd)} of {model}{chosen}: {n_pass} of {count(n, 'complement pair')} {test}, holding "
+        f"{fmt_pct(pass_share)} of the complement variance. "
         f"Their ρ² ranges {fmt_num(r2[0] if r2 else None)}–{fmt_num(r2[-1] if r2 else None)} (median {fmt_num(median)}); "
         "the strongest relations: "
         + ", ".join(f"pair {p['pair']} (ρ² {fmt_num(p['omega_r_squared'])}, ω {fmt_num(p['omega'], 3)})" for p in strongest)

@@ -32,8 +32,7 @@ def _build(con: duckdb.DuckDBPyConnection, models, kind: str) -> alt.LayerChart:
     title = alt.TitleParams(
         f"Mean PC0 {label[5:]} by model and layer depth",
         subtitle=[
-            f"Combined Q/K PCA (seed 003 figure {fig}): mean over the heads in each depth bin; "
-            f"{len(chosen)} model(s).",
+            f"Combined Q/K PCA (seed 003 figure {fig}): mean over the heads in each depth bin.",
             empty_note(data),
         ],
     )

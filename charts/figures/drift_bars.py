@@ -64,8 +64,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         "Position signal of Q and K on the drift axis a",
         subtitle=[
             "Planar rotation (seed 002 figure 02): bars = mean |corr| of Q·a and K·a with position;",
-            "black ticks = mean PC0 r_q and |r_k| of the combined PCA, for comparison."
-            + (f" Overall on a: |r_q| {fmt_num(ov.get('Q'))}, |r_k| {fmt_num(ov.get('K'))}." if ov else ""),
+            "black ticks = mean PC0 r_q and |r_k| of the combined PCA, for comparison.",
         ],
     )
     # One panel per family, each with only its models on y. A facet with an independent y would do

@@ -54,13 +54,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     cumulative = base.mark_line(color="#555555", strokeDash=[5, 3], point=alt.OverlayMarkDef(color="#555555", size=25)).encode(
         x=x, y=alt.Y("cumulative:Q")
     )
-    pc0 = next((d["mean"] for d in data if d["pc"] == 0), None)
-    title = alt.TitleParams(
+    title = alt.TitleParams(  # what is drawn; PC0's share is the caption's
         "Explained variance per principal component",
-        subtitle=[
-            "Combined Q/K PCA (seed 003 figure 05): bars are means over heads (whiskers ±1 sd);",
-            "dashed line: cumulative share." + (f" PC0 holds {fmt_pct(pc0)} on average." if not models and pc0 is not None else ""),
-        ],
+        subtitle=["Combined Q/K PCA (seed 003 figure 05): bars are means over heads (whiskers ±1 sd); "
+                  "dashed line: cumulative share."],
     )
     layer = alt.layer(bars, whiskers, labels, cumulative, data=values(data)).properties(
         width=max(300, 44 * len(order)), height=240

@@ -52,13 +52,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         ],
     )
     whiskers = base.mark_rule(color="#333333").encode(x=x, xOffset=offset, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"))
-    pc0 = {d["kind"]: d["mean"] for d in data if d["pc"] == 0 and d["panel"] == data[0]["panel"]} if data else {}
+    # The subtitle says what is drawn; the numbers are the caption's (the report prints both).
     title = alt.TitleParams(
         "PC roles: position signal of Q and K per principal component",
-        subtitle=[
-            "Combined Q/K PCA (seed 003 figure 01): bars are means over heads, whiskers ±1 sd.",
-            (f"PC0: mean r_q {fmt_num(pc0.get('Q'))}, mean r_k {fmt_num(pc0.get('K'))}." if not models and pc0 else ""),
-        ],
+        subtitle=["Combined Q/K PCA (seed 003 figure 01): bars are means over heads, whiskers ±1 sd."],
     )
     zero = base.transform_aggregate(_n="count()").mark_rule(color="#555555", strokeWidth=0.8).encode(y=alt.datum(0))
     layer = alt.layer(bars, whiskers, zero, data=values(data)).properties(width=max(300, 44 * len(pcs)), height=240)

@@ -2,7 +2,7 @@
 
 Source: view ``taxonomy`` (per head) and ``params`` (the thresholds in force, 0.7 / 0.3 by default).
 r_k keeps its canonical sign (positive: K's position gradient runs with Q's), so the |r_k|
-thresholds appear as lines at ±high and ±low. The subtitle gives the category fractions. With
+thresholds appear as lines at ±high and ±low. The caption gives the category fractions. With
 ``interactive=True`` (the report) a click on a head shows its points (:mod:`qkdb.charts.explorer`).
 """
 
@@ -105,15 +105,13 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
     high, low = taxonomy_thresholds(con)
     data = rows(con, _SQL, {"models": chosen, "limit": MAX_HEAD_ROWS})
     fractions, total = fraction_text(con, chosen)
-    shown = f"{len(data):,} heads" if len(data) == total else f"a sample of {len(data):,} of {total:,} heads"
     fams = families_of(con, chosen)
     color = alt.Color("family:N", scale=family_scale(fams), title="family", legend=alt.Legend(symbolOpacity=1))
     title = alt.TitleParams(
         "PC0 r_q vs r_k per head",
-        subtitle=[
-            f"Combined Q/K PCA (seed 003 figure 02): {shown} of {len(chosen)} model(s); "
+        subtitle=[  # what is drawn; the heads and the category shares are the caption's
+            f"Combined Q/K PCA (seed 003 figure 02): one point per head, coloured by family; "
             f"dashed: taxonomy thresholds {low:g} / {high:g} on r_q and |r_k|.",
-            fractions,
         ],
     )
     fam = rows(con, _BY_FAMILY, {"models": chosen})

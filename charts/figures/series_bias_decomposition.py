@@ -80,6 +80,6 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
                          + (f" ({change})" if change else ""))
     return attach(
         built,
-        f"Over {len(s.order)} checkpoints of {s.name}, first to last: " + "; ".join(moves) + ".",
+        f"{s.name}, first checkpoint to last: " + "; ".join(moves) + ".",
         "The seed: in long-context training bias strength −91% and the K slope −93%, while the Q mean on a grows +43%.",
     )

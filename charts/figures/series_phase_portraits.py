@@ -105,7 +105,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     most = max(range(len(shares)), key=shares.__getitem__) if shares else 0
     return attach(
         built,
-        f"{len(panels)} checkpoints of {s.name}, {len(data):,} heads drawn. The position-dominated share goes "
+        f"{len(data):,} heads drawn over the checkpoints of {s.name}. The position-dominated share goes "
         f"{fmt_pct(shares[0] if shares else None)} → {fmt_pct(shares[-1] if shares else None)}"
         + (f", highest at {s.order[most]} ({fmt_pct(shares[most])})" if shares and 0 < most < len(shares) - 1 else "")
         + ".",

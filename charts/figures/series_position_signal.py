@@ -65,7 +65,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     )
     return attach(
         built,
-        f"Over the {len(s.order)} checkpoints of {s.name}, mean PC0 r_q goes {_trend(s, data, 'Q')} and mean r_k "
+        f"Over the checkpoints of {s.name}, mean PC0 r_q goes {_trend(s, data, 'Q')} and mean r_k "
         f"{_trend(s, data, 'K')}.",
         "The seed reports r_q rising 0.67 → 0.87 and r_k peaking, then dropping to 0.46 in long-context training.",
     )

@@ -75,7 +75,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     title = alt.TitleParams(
         "Variance decomposition: the {a, b} plane and its complement",
         subtitle=["Planar rotation (seed 002 figure 03): mean share of the pooled variance along a, along b and "
-                  "in the rest.", sub],
+                  "in the rest."],  # (the numbers: the caption's)
     )
     built = alt.layer(bars, labels).properties(width=500, height=alt.Step(26), title=title)
     per_model = {d["model"]: d for d in data if d["scope"] == "model"}

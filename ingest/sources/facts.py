@@ -2,7 +2,10 @@
 
 Architecture facts the vectors do not carry (family, layers, heads per layer, GQA ratio, RoPE,
 NoPE layers, training series) come from three places; this module merges them into one
-:class:`~qkdb.ingest.sources.registry.ModelSpec` and refuses contradictions before any work.
+:class:`~qkdb.ingest.sources.registry.ModelSpec` and refuses contradictions before any work. The
+dataset's facts are ``qkdb_dataset.json``'s, completed by qk-sniffer's ``_saver_state.json``
+(:mod:`.saver_state`); where they contradict a registry model's, the dataset's hold, with a note
+(:func:`recorded_over_registry`).
 """
 
 from __future__ import annotations
@@ -44,9 +47,10 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
             captured = _metadata_facts({k: metadata.get(k) for k in _CAPTURE_FACTS})
             base = replace(base, **{k: captured[k] if captured[k] is not None else _SPEC_DEFAULTS[k]
                                     for k in _CAPTURE_FACTS})
-            base = _unestablished_pairing(base, metadata)
+        base = replace(base, **recorded_over_registry(registered, metadata, overrides)[0])
+        base = _unestablished_pairing(base, metadata)
     else:
-        base, base_origin = ModelSpec(model=name).with_overrides(**facts), METADATA_FILE
+        base, base_origin = ModelSpec(model=name).with_overrides(**facts), metadata.get("_file", METADATA_FILE)
         base = _unestablished_pairing(base, metadata)
     # Where each head count comes from, for the messages (a ratio derived from the counts: from theirs).
     origin = {f: base_origin for f in registry.HEAD_COUNTS if getattr(base, f) is not None}
@@ -137,6 +141,80 @@ def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
         f"gqa_ratio={spec.gqa_ratio}{counts(spec.n_q_heads, spec.n_kv_heads)}; the key folders follow the "
         "capture's ratio: give the right one with --gqa-ratio (and --n-q-heads, --n-kv-heads)"
     )
+
+
+# Facts a dataset records about its own vectors (qkdb_dataset.json, qk-sniffer's _saver_state.json).
+# Where one contradicts the registry's (a simulation under a registry name, a capture of another
+# config), the dataset's holds: it describes the vectors being ingested, the registry the Hub's
+# captures. An option overrides both. The GQA ratio is the exception: a dataset whose ratio is not the
+# registry's is refused (_check_dataset_counts), its counts then kept out of this.
+RECORDED_FACTS = ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "rope_theta", "rope_pairing", "rope_scaling",
+                  "nope_layers")
+
+
+def recorded_over_registry(registered: ModelSpec, metadata: dict, overrides: dict) -> tuple[dict, str | None]:
+    """The dataset's recorded facts that the ingest uses instead of the registry's, and a note naming both values.
+
+    Returns ``{fact: the dataset's value}`` for every fact of :data:`RECORDED_FACTS` the dataset
+    records, no option sets, and the registry has otherwise (or lacks: then it is filled, without a
+    note), and the note (None when nothing contradicts). A ``qkdb simulate`` or ``qkdb sniff``
+    dataset's explicit ``"rope_scaling": null`` is a fact: its vectors carry no RoPE scaling.
+    """
+    given = {k for k, v in overrides.items() if v is not None}
+    recorded = _metadata_facts({k: metadata[k] for k in RECORDED_FACTS if metadata.get(k) is not None})
+    if "rope_scaling" in metadata and metadata["rope_scaling"] is None and metadata.get("source") in ("simulate", "sniff"):
+        recorded["rope_scaling"] = None
+    q, kv = recorded.get("n_q_heads"), recorded.get("n_kv_heads")
+    theirs = metadata.get("gqa_ratio") or (q // kv if q and kv and q % kv == 0 else None)
+    if "gqa_ratio" not in given and theirs is not None and registered.gqa_ratio not in (None, theirs):
+        recorded.pop("n_q_heads", None)  # refused by _check_dataset_counts, naming both ratios
+        recorded.pop("n_kv_heads", None)
+    updates, differ = {}, []
+    for fact, value in recorded.items():
+        ours = getattr(registered, fact)
+        if fact in given or _same(value, ours):
+            continue
+        updates[fact] = value
+        if ours is not None or (fact == "rope_scaling" and value is not None):
+            differ.append((fact, value, ours))
+    if not differ:
+        return updates, None
+    sources = metadata.get("_sources", {})
+
+    def show(fact, value) -> str:
+        shown = list(value) if isinstance(value, tuple) else ("none" if value is None else value)
+        return f"{fact}={shown:g}" if isinstance(shown, float) else f"{fact}={shown}"
+
+    files = sorted({sources.get(f, METADATA_FILE) for f, _, _ in differ})
+    return updates, (
+        f"{registered.model}: the dataset's {' and '.join(files)} records "
+        f"{', '.join(show(f, v) for f, v, _ in differ)} where the registry has "
+        f"{', '.join(show(f, r) for f, _, r in differ)}; the ingest uses the dataset's, which describe these vectors "
+        f"({', '.join('--' + f.replace('_', '-') for f, _, _ in differ if f in _OPTION_FACTS)} would override both)"
+    )
+
+
+_OPTION_FACTS = ("n_layers", "n_q_heads", "n_kv_heads", "rope_theta", "rope_pairing", "rope_scaling")
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+    if isinstance(a, str) and isinstance(b, str) and a.startswith(("{", "[")):
+        try:
+            return json.loads(a) == json.loads(b)
+        except ValueError:
+            return a == b
+    return a == b
+
+
+def recorded_facts_notes(name: str | None, metadata: dict, **overrides) -> list[str]:
+    """The note :func:`recorded_over_registry` has for a registry model's dataset (the ingest says it once)."""
+    registered = registry.find(name or metadata.get("model") or "")
+    if registered is None:
+        return []
+    note = recorded_over_registry(registered, metadata, overrides)[1]
+    return [note] if note else []
 
 
 def spec_notes(spec: ModelSpec, complement: bool = True) -> list[str]:

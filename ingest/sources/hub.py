@@ -155,6 +155,7 @@ class HubSource:
     progress: BytesProgress | None = None
     ignored: list[str] = field(default_factory=list)
     kind: str = "hub"
+    state_file: str | None = None  # repo path of qk-sniffer's _saver_state.json beside the head folders, if listed
 
     @property
     def location(self) -> str:
@@ -222,6 +223,25 @@ class HubSource:
 
         report("download", total=total, done=0, **extra)
         self.progress = on_bytes
+
+    def saver_state(self):
+        """qk-sniffer's record of the capture (:class:`~qkdb.ingest.sources.saver_state.SaverState`), or None.
+
+        A small file, fetched at the pinned commit (or taken from the cache); provenance only, so a
+        branch without one, or one that cannot be fetched or read, gives None rather than an error.
+        """
+        from qkdb.ingest.sources.saver_state import read_saver_state
+
+        if self.state_file is None:
+            return None
+        local = self.cached(self.state_file)
+        try:
+            if local is None:
+                local = Path(hf_hub_download(self.repo, self.state_file, repo_type=REPO_TYPE, revision=self.commit,
+                                             endpoint=self.endpoint, cache_dir=self.cache_dir, token=self.token))
+            return read_saver_state(local.parent)
+        except Exception:  # noqa: BLE001 - offline, a cut connection, a malformed file: no provenance
+            return None
 
     # -- downloading ------------------------------------------------------------------------------
     def _download(self, path: str, bar: type[_ByteBar], cancel: threading.Event) -> Path:
@@ -519,9 +539,21 @@ def open_source(
         retry_wait=retry_wait,
         progress=progress,
         ignored=found.ignored,
+        state_file=_state_file(files, plan),
     )
     if source.offline:
         todo = source.missing_from_cache()
         if todo:
             raise source._not_cached(todo)
     return source
+
+
+def _state_file(files, plan: list[HeadGroup]) -> str | None:
+    """The repo path of ``_saver_state.json`` in the folder that holds the head folders (the branch root on the real repo), if listed."""
+    from qkdb.ingest.sources.saver_state import SAVER_STATE
+
+    if not plan:
+        return None
+    parent = PurePosixPath(str(plan[0].key.path)).parent.parent
+    path = SAVER_STATE if str(parent) in ("", ".") else f"{parent}/{SAVER_STATE}"
+    return path if path in files else None

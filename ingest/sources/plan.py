@@ -36,11 +36,35 @@ def plan_groups(discovery: Discovery, gqa_ratio: int, selection: HeadSelection |
     groups: dict[tuple[int, int], list[HeadFile]] = {}
     for hf in queries:
         groups.setdefault((hf.layer, hf.head // gqa_ratio), []).append(hf)
-    missing = sorted(head_dir_name(l, g, "k") for (l, g) in groups if (l, g) not in discovery.keys)
+    missing = sorted((lg, qs) for lg, qs in groups.items() if lg not in discovery.keys)
     if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise InputError(
-            f"{discovery.root}: key head folder(s) missing for the GQA mapping "
-            f"(key head = query head // {gqa_ratio}): {shown}; check --gqa-ratio"
-        )
+        raise InputError(_missing_keys(discovery, missing, gqa_ratio))
     return [HeadGroup(l, g, discovery.keys[(l, g)], tuple(qs)) for (l, g), qs in sorted(groups.items())]
+
+
+def _missing_keys(discovery: Discovery, missing: list, gqa_ratio: int) -> str:
+    """The message for key folders the GQA mapping needs: each missing folder and the query heads that need it, then what to do.
+
+    A wrong ratio and a file missing from the capture look alike from one folder; the message says
+    which it is: when another ratio finds a key folder for every query head, it names that ratio,
+    else the dataset lacks the file.
+    """
+    def needs(lg, qs) -> str:
+        names = [q.name for q in qs]
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        return f"{head_dir_name(lg[0], lg[1], 'k')} (read by {shown})"
+
+    listed = "; ".join(needs(lg, qs) for lg, qs in missing[:6]) + (
+        f"; and {len(missing) - 6} more folders" if len(missing) > 6 else "")
+    n = len(missing)
+    text = (f"{discovery.root}: key head folder{'s' if n > 1 else ''} missing: {listed} "
+            f"(query head h reads key head h // {gqa_ratio})")
+    # A ratio under which the dataset's query heads read exactly the key folders it holds.
+    every = list(discovery.queries)
+    fits = [r for r in range(1, max(h for _, h in every) + 2)
+            if r != gqa_ratio and {(l, h // r) for l, h in every} == set(discovery.keys)]
+    if fits:
+        return (text + f"; with --gqa-ratio {fits[0]} the query heads read exactly the key folders there are: is "
+                f"the GQA ratio {gqa_ratio} right (--gqa-ratio, the registry, the dataset's facts)?")
+    return (text + f"; the dataset lacks {'these files' if n > 1 else 'this file'}: capture "
+            f"{'them' if n > 1 else 'it'}, or ingest the other heads with --heads")

@@ -62,12 +62,13 @@ class QkdbGroup(typer.core.TyperGroup):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: typer.Context):
+        # With --debug the traceback comes first, then the same one line and the same exit code as
+        # without it: a script's `case $?` must not change because someone asked for more detail.
+        debug = _debug_enabled(ctx)
         try:
             return super().invoke(ctx)
         except QkdbError as exc:
-            if _debug_enabled(ctx):
-                raise
-            _fail(str(exc), exc.exit_code)
+            _fail(str(exc), exc.exit_code, debug)
         except BrokenPipeError:
             # `qkdb query ... | head`: the reader has what it wanted; stop quietly.
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -77,28 +78,37 @@ class QkdbGroup(typer.core.TyperGroup):
             typer.echo("interrupted", err=True)
             raise SystemExit(INTERRUPTED) from None
         except OSError as exc:  # the machine's fault (disk full, permissions, ...) not caught nearer
-            if _debug_enabled(ctx) or _from_the_framework(exc):
+            if _from_the_framework(exc):
                 raise
             from qkdb.errors import from_os_error
 
             error = from_os_error(exc, f"qkdb {ctx.invoked_subcommand or ''}".strip())
-            _fail(str(error), error.exit_code)
+            _fail(str(error), error.exit_code, debug)
         except Exception as exc:
-            if _debug_enabled(ctx) or _from_the_framework(exc):
+            if _from_the_framework(exc):
                 raise
             from qkdb.errors import os_error_in_message
 
             fault = os_error_in_message(str(exc), f"qkdb {ctx.invoked_subcommand or ''}".strip())
             if fault is not None:
-                _fail(str(fault), fault.exit_code)
+                _fail(str(fault), fault.exit_code, debug)
             _fail(
                 f"internal error in qkdb {ctx.invoked_subcommand or ''}: {type(exc).__name__}: {exc} "
-                "(a bug: run it again with --debug for the traceback, and please report it)",
-                EXIT_CODES["internal"],
+                + ("(a bug: please report it with the traceback above)" if debug else
+                   "(a bug: run it again with --debug for the traceback, and please report it)"),
+                EXIT_CODES["internal"], debug,
             )
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int, debug: bool = False) -> None:
+    """Say ``message`` in one line on stderr and exit with ``code``; with ``debug``, the traceback first.
+
+    Called inside an ``except`` block: the traceback is the exception being handled.
+    """
+    if debug:
+        import traceback
+
+        sys.stderr.write(traceback.format_exc())
     # One line, whatever a library put in the message.
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     typer.echo(f"error: {message}", err=True)

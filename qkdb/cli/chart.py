@@ -17,6 +17,7 @@ ModelOption = Annotated[
     Optional[list[str]],
     typer.Option("--model", "-m", help="Model to show (repeatable; default: every standalone model and each series' latest checkpoint)."),
 ]
+DEFAULT_REPORT = "qkdb-report.html"  # where `qkdb report` writes when stdout is a terminal and no -o is given
 SeriesOption = Annotated[Optional[str], typer.Option("--series", "-s", help="Training series of the series-* figures (default: the first ingested).")]
 
 
@@ -89,7 +90,10 @@ def _report_connection(home):
 
 @app.command()
 def report(
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write; default: stdout.")] = None,
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help=f"HTML file to write; default: stdout when it is redirected, else {DEFAULT_REPORT} here."),
+    ] = None,
     model: ModelOption = None,
     series: Annotated[Optional[list[str]], typer.Option("--series", "-s", help="Training series to include (repeatable; default: all ingested).")] = None,
     title: Annotated[str, typer.Option("--title", help="Page title.")] = "qkdb report",
@@ -98,6 +102,10 @@ def report(
     """One self-contained HTML page (works offline): models, findings and every figure the data supports."""
     from qkdb.charts import build_report, report_split
 
+    to_terminal = False
+    if output is None and sys.stdout.isatty():
+        # Megabytes of HTML are no use on a terminal: the page goes to a file, named at the end.
+        output, to_terminal = Path(DEFAULT_REPORT), True
     if output is not None and output.suffix.lower() not in (".html", ".htm"):
         raise ChartError(f"the report is HTML: give -o FILE.html, not {str(output)!r}")
     if output is not None:
@@ -130,7 +138,8 @@ def report(
         output.write_text(result.html, encoding="utf-8")
     # typer.echo, not the rich console: a summary line must not be wrapped at 80 columns.
     typer.echo(
-        f"report{'' if output is None else ' ' + str(output)}: {len(result.shown)} figure(s)"
-        + (f", {len(result.missing)} not supported by the data (listed in the page)" if result.missing else ""),
+        f"report{'' if output is None else ' ' + str(output.resolve() if to_terminal else output)}: {len(result.shown)} figure(s)"
+        + (f", {len(result.missing)} not supported by the data (listed in the page)" if result.missing else "")
+        + (" (stdout is a terminal, so the page went to this file; -o FILE.html names another)" if to_terminal else ""),
         err=True,
     )

@@ -20,8 +20,9 @@ OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Wr
 # The terminal shows what a reader needs, one line per finding; every other format carries every column.
 TERMINAL_COLUMNS = ("id", "measured", "seed_value", "status")  # measured: value [95% interval]
 HEADERS = {"id": "id", "measured": "measured [95% interval]", "seed_value": "seed", "status": "status"}
-# Where a narrow terminal takes its columns from first (the seed's wording is in --format csv and the report).
-SHRINK_ORDER = (("seed_value", 8), ("id", 16), ("measured", 16))
+# What a narrow terminal may wrap inside its column (at spaces), in this order; ids and verdicts never
+# give up a character (an id is a key: cut, the Q and K rows of a finding read alike).
+WRAP_ORDER = ("seed_value", "measured")
 STATUS_COLOURS = {"holds": "green", "does not hold": "red", "inconclusive": "yellow", "no data": "bright_black"}
 
 
@@ -122,34 +123,61 @@ def findings(
 def compact_lines(rows: list[dict], width: int | None = None, colour: bool = False) -> list[str]:
     """The terminal table: a header and one line per row, in columns that fit ``width`` characters.
 
-    Columns are as wide as their widest cell; when the total exceeds ``width``, the columns of
-    :data:`SHRINK_ORDER` give up characters in turn (down to their minimum), their cut cells
-    ending in an ellipsis. Status words are coloured when ``colour``.
+    Columns are as wide as their widest cell. When the total exceeds ``width``, the columns of
+    :data:`WRAP_ORDER` narrow in turn, down to their header or their longest word, their cells
+    wrapping at spaces onto more lines of the row: no value is cut. Where even that does not fit,
+    each finding is one record: its id and verdict, then its values indented below. Status words
+    are coloured when ``colour``.
     """
-    cols = list(TERMINAL_COLUMNS)
-    cells = [[HEADERS[c] for c in cols]] + [["" if r[c] is None else str(r[c]) for c in cols] for r in rows]
-    widths = {c: max(len(line[i]) for line in cells) for i, c in enumerate(cols)}
-    gap = "  "
-    if width is not None:
-        over = sum(widths.values()) + len(gap) * (len(cols) - 1) - width
-        for c, least in SHRINK_ORDER:
-            if over <= 0:
-                break
-            give = min(over, max(0, widths[c] - least))
-            widths[c] -= give
-            over -= give
+    import textwrap
 
-    def fit(text: str, n: int) -> str:
-        return text.ljust(n) if len(text) <= n else text[: n - 1] + "\u2026"
+    cols = list(TERMINAL_COLUMNS)
+    header = [HEADERS[c] for c in cols]
+    cells = [["" if r[c] is None else str(r[c]) for c in cols] for r in rows]
+    widths = {c: max(len(line[i]) for line in [header, *cells]) for i, c in enumerate(cols)}
+    gap = "  "
+
+    def over() -> int:
+        return sum(widths.values()) + len(gap) * (len(cols) - 1) - (width or 0)
+
+    if width is not None:
+        for c in WRAP_ORDER:
+            i = cols.index(c)
+            least = max([len(header[i])] + [len(word) for line in cells for word in line[i].split()])
+            widths[c] -= max(0, min(over(), widths[c] - least))
+        if over() > 0:
+            return _record_lines(header, cells, width, colour)
+
+    def style(text: str, k: int, status: str | None) -> str:
+        if not colour:
+            return text
+        return typer.style(text, bold=True) if k == 0 else typer.style(text, fg=STATUS_COLOURS.get(status))
 
     lines = []
-    for k, line in enumerate(cells):
-        parts = [fit(text, widths[c]) for c, text in zip(cols, line)]
-        if k == 0:
-            parts = [typer.style(p, bold=True) if colour else p for p in parts]
-        elif colour:
-            parts[-1] = typer.style(parts[-1], fg=STATUS_COLOURS.get(line[-1]))
-        lines.append(gap.join(parts).rstrip())
+    for k, line in enumerate([header, *cells]):
+        wrapped = [textwrap.wrap(text, widths[c], break_long_words=False) or [""] if c in WRAP_ORDER and k else [text]
+                   for c, text in zip(cols, line)]
+        for j in range(max(len(w) for w in wrapped)):
+            parts = [(w[j] if j < len(w) else "").ljust(widths[c]) for c, w in zip(cols, wrapped)]
+            if k == 0:
+                parts = [style(p, 0, None) for p in parts]
+            elif j == 0:
+                parts[-1] = style(parts[-1], k, line[-1])
+            lines.append(gap.join(parts).rstrip())
+    return lines
+
+
+def _record_lines(header: list[str], cells: list[list[str]], width: int, colour: bool) -> list[str]:
+    """One record per finding, for a terminal too narrow for the columns: ``id  status``, then its values indented (wrapped at spaces)."""
+    import textwrap
+
+    lines = []
+    for line in cells:
+        status = line[-1]
+        lines.append(f"{line[0]}  " + (typer.style(status, fg=STATUS_COLOURS.get(status)) if colour else status))
+        for h, v in zip(header[1:-1], line[1:-1]):
+            lines.extend(textwrap.wrap(f"{h}: {v}", max(20, width), initial_indent="  ", subsequent_indent="    ",
+                                       break_long_words=False, break_on_hyphens=False))
     return lines
 
 

@@ -35,4 +35,12 @@ def models(
     table = api.models_overview(where)
     if ingested:
         table = table.filter(table.column("ingested"))
+    if Format(format) is Format.table:
+        # For people: what they ask first (which model, whether it is in) leads, so that a narrow
+        # terminal, which shows the columns that fit from the left, still shows it.
+        lead = [c for c in LEAD_COLUMNS if c in table.column_names]
+        table = table.select(lead + [c for c in table.column_names if c not in lead])
     write_table(table, format, output)
+
+
+LEAD_COLUMNS = ("model", "family", "ingested", "heads", "series")

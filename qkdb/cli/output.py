@@ -26,6 +26,7 @@ class Format(str, Enum):
     json = "json"
     jsonl = "jsonl"
     markdown = "markdown"
+    line = "line"  # one record per row, `column = value` a line (duckdb's .mode line)
     parquet = "parquet"
 
 
@@ -78,10 +79,15 @@ class TableResult:
 ARROW_FORMATS = (Format.parquet, Format.csv)
 
 
-def write_result(result, fmt: Format, output: Path | None = None) -> int:
+# How to see every column when a terminal table elides some (the shell says it with its dot commands).
+ALL_COLUMNS = "--format line (one record per row) or --format csv"
+
+
+def write_result(result, fmt: Format, output: Path | None = None, all_columns: str = ALL_COLUMNS) -> int:
     """Write ``result`` (a :class:`qkdb.query.Result` or :class:`TableResult`) to ``output`` (stdout when None).
 
-    Returns the row count.
+    A table on a terminal shows the columns that fit its width and notes how many are elided, with
+    ``all_columns`` saying how to see them all. Returns the row count.
     """
     fmt = Format(fmt)
     if fmt is Format.parquet:
@@ -100,10 +106,10 @@ def write_result(result, fmt: Format, output: Path | None = None) -> int:
     if output is not None:
         with open(output, "w", encoding="utf-8", newline="") as fh:
             return _write_text(result, fmt, fh, to_terminal=False)
-    return _write_text(result, fmt, sys.stdout, to_terminal=True)
+    return _write_text(result, fmt, sys.stdout, to_terminal=True, all_columns=all_columns)
 
 
-def _write_text(result, fmt: Format, fh: IO[str], to_terminal: bool) -> int:
+def _write_text(result, fmt: Format, fh: IO[str], to_terminal: bool, all_columns: str = ALL_COLUMNS) -> int:
     if fmt is Format.csv:
         import pyarrow as pa
 
@@ -133,6 +139,10 @@ def _write_text(result, fmt: Format, fh: IO[str], to_terminal: bool) -> int:
                 n += 1
         fh.write("\n]\n" if n else "]\n")
         return n
+    if fmt is Format.line:
+        from qkdb.cli.table_fit import line_records
+
+        return line_records(names, ([_cell(v) for v in row] for batch in batches for row in batch), fh.write)
     if fmt is Format.markdown:
         fh.write("| " + " | ".join(names) + " |\n")
         fh.write("|" + "|".join("---" for _ in names) + "|\n")
@@ -142,27 +152,40 @@ def _write_text(result, fmt: Format, fh: IO[str], to_terminal: bool) -> int:
             n += len(batch)
         return n
     # table
-    from rich.table import Table
-
-    table = Table(show_header=True, header_style="bold", show_lines=False)
-    for c in names:
-        table.add_column(c, overflow="fold")
-    shown = 0
+    cells: list[list[str]] = []
     for batch in batches:
         for row in batch:
-            if shown < TABLE_ROW_LIMIT:
-                table.add_row(*(_cell(v) for v in row))
-                shown += 1
+            if len(cells) < TABLE_ROW_LIMIT:
+                cells.append([_cell(v) for v in row])
         n += len(batch)
-    if to_terminal:
-        out_console().print(table)
-    else:
-        from rich.console import Console
-
-        Console(file=fh, width=250, highlight=False).print(table)
-    if n > shown:
-        note(f"showing {shown} of {n} rows; use --format csv/jsonl/parquet for all of them")
+    _print_table(list(names), cells, fh, to_terminal, all_columns)
+    if n > len(cells):
+        note(f"showing {len(cells)} of {n} rows; use --format csv/jsonl/parquet for all of them")
     return n
+
+
+def _print_table(names: list[str], cells: list[list[str]], fh: IO[str], to_terminal: bool, all_columns: str) -> None:
+    """A boxed table; on a terminal, the columns that fit its width (:mod:`qkdb.cli.table_fit`), a note on the rest."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from qkdb.cli.table_fit import ELIDED, fit_columns, frame_width
+
+    console = out_console() if to_terminal else None
+    terminal = to_terminal and sys.stdout.isatty()
+    fit = fit_columns(names, cells, console.width if terminal else None)
+    table = Table(show_header=True, header_style="bold", show_lines=False)
+    for i, w in zip(fit.columns, fit.widths):
+        table.add_column(names[i], width=w, overflow="fold")
+    if fit.elided:
+        table.add_column(ELIDED, width=len(ELIDED))
+    for row in cells:
+        table.add_row(*(row[i] for i in fit.columns), *((ELIDED,) if fit.elided else ()))
+    if console is None:  # a file: every column at its natural width, however wide
+        console = Console(file=fh, width=frame_width(fit.widths), highlight=False)
+    console.print(table)
+    if fit.elided:
+        note(f"{len(fit.columns)} of {len(names)} columns shown; {all_columns} for all")
 
 
 def _csv_text(table: pa.Table, header: bool) -> str:
@@ -211,11 +234,17 @@ def human_size(n: int) -> str:
 def write_record(record: dict, fmt: Format, output: Path | None = None) -> int:
     """Write one record (a command's facts, e.g. `qkdb info`'s) in ``fmt``; returns the row count.
 
-    JSON keeps the record's nesting; every other format lists its :func:`record_rows` under the
-    columns ``key`` and ``value``, the same rows in the same order (the table's sizes for people).
+    JSON keeps the record's nesting; ``line`` lists its :func:`record_rows` as ``key = value`` lines;
+    every other format lists them under the columns ``key`` and ``value``, the same rows in the same
+    order (the table's sizes for people).
     """
-    if Format(fmt) is Format.json:
-        text = json.dumps(_jsonable(record), indent=2) + "\n"
+    if Format(fmt) in (Format.json, Format.line):
+        if Format(fmt) is Format.json:
+            text = json.dumps(_jsonable(record), indent=2) + "\n"
+        else:  # the record is one record: `key = value` a line
+            rows = record_rows(record)
+            pad = max((len(k) for k, _ in rows), default=0)
+            text = "".join(f"{k:>{pad}} = {v}\n" for k, v in rows)
         if output is None:
             sys.stdout.write(text)
         else:

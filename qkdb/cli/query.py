@@ -33,7 +33,7 @@ def query(
     statements = check_read_only(sql)
     con = open_warehouse(home)
     with contextlib.closing(con), run_query(statements, con=con) as results:
-        if len(results) > 1 and (output is not None or Format(format) not in (Format.table, Format.markdown)):
+        if len(results) > 1 and (output is not None or Format(format) not in (Format.table, Format.markdown, Format.line)):
             raise QueryError(
                 f"{len(results)} statements, but --format {Format(format).value}"
                 + (" and -o" if output is not None else "")

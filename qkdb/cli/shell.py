@@ -34,11 +34,13 @@ COMMANDS: list[tuple[str, tuple[str, ...], str, str]] = [
     (".views", (), "", "finding views with their descriptions"),
     (".tables", (), "", "warehouse tables"),
     (".describe", (".d",), "NAME", "columns of a table or view, with types and descriptions"),
-    (".format", (), "[FMT]", "output format: table, csv, json, jsonl, markdown (none: show it)"),
+    (".format", (".mode",), "[FMT]", "output format: table, line (one record per row), csv, json, jsonl, markdown (none: show it)"),
     (".help", (".h",), "", "this text (or: help)"),
     (".quit", (".exit", ".q"), "", "leave (or: exit, quit, Ctrl-D)"),
 ]
 TEXT_FORMATS = [f.value for f in Format if f is not Format.parquet]
+# What a table too wide for the terminal says about the columns it elides, in the shell's words.
+ALL_COLUMNS = ".format line (one record per row) or .format csv"
 # Typed alone at the prompt, these mean what they say (none is a SQL statement).
 BARE_WORDS = {"help": ".help", "exit": ".quit", "quit": ".quit"}
 
@@ -89,13 +91,13 @@ class Shell:
                 # statement it ran, and a parsed later statement of a line has its place in the
                 # whole line.
                 if kind == "SELECT":  # streamed: a big result is printed as its first rows
-                    write_result(Result(self.con, st.query, one_line=False), self.fmt)
+                    write_result(Result(self.con, st.query, one_line=False), self.fmt, all_columns=ALL_COLUMNS)
                     continue
                 if self.completer is not None:  # it may create or drop names
                     self.completer.invalidate()
                 rel = self.con.sql(st.query)  # (other statements run here, at once)
                 if rel is not None:
-                    write_result(TableResult(rel.to_arrow_table()), self.fmt)
+                    write_result(TableResult(rel.to_arrow_table()), self.fmt, all_columns=ALL_COLUMNS)
             except duckdb.Error as exc:  # as it runs, or as its rows stream
                 self._sql_error(exc)
             except QkdbError as exc:  # ours, e.g. while the findings' intervals are recomputed
@@ -181,7 +183,7 @@ class Shell:
 
         cols = list(zip(*rows)) if rows else [[] for _ in names]
         table = pa.table({n: pa.array([str(v) for v in c], pa.string()) for n, c in zip(names, cols)})
-        write_result(TableResult(table), self.fmt)
+        write_result(TableResult(table), self.fmt, all_columns=ALL_COLUMNS)
 
     # -- the loop -----------------------------------------------------------------------------
     def loop(self, read: Callable[[str], str]) -> None:

@@ -246,6 +246,7 @@ GOLDEN = {
     ]}},
     "slope-ratio": {"layer": [
         {"mark": "rule", "encoding": ["x=datum"]},
+        {"mark": "text", "encoding": ["text=value", "x=datum", "y=value"]},  # "equal drift", by its line
         {"mark": "rule", "encoding": ["color=family:nominal", "x=q25_ratio:quantitative", "x2=q75_ratio:-", "y=model:nominal"]},
         {"mark": "circle", "encoding": ["color=family:nominal", "x=median_ratio:quantitative", "y=model:nominal"]},
         {"mark": "text", "encoding": ["text=median_ratio:quantitative", "x=median_ratio:quantitative", "y=model:nominal"]},
@@ -474,10 +475,46 @@ def test_collage_points_are_the_stored_projections(con, specs):
     assert got == sorted(stored)
 
 
+def _strongest_ring_head(con, model: str) -> tuple[tuple[int, int], float, list[float]]:
+    """Independently of the figure: the stored head whose best pair has the largest ρ² × ring, its strength, and every stored head's."""
+    got = con.execute(
+        "select layer, head, omega_r_squared, ring from complement where model = $m", {"m": model}).fetchall()
+    stored = {tuple(r) for r in con.execute(
+        "select distinct layer, head from points where model = $m and c0 is not null", {"m": model}).fetchall()}
+    best: dict[tuple[int, int], float] = {}
+    for layer, head, r2, ring in got:
+        if (layer, head) in stored and r2 is not None and ring is not None:
+            best[(layer, head)] = max(best.get((layer, head), -1.0), r2 * ring)
+    head = max(best, key=best.get)
+    return head, best[head], sorted(best.values(), reverse=True)
+
+
+def test_complement_collage_defaults_to_the_stored_head_with_the_strongest_ring(con):
+    # The seeds' random.Random(42) head of sim-a-1b is one of blobs; another stored head shows rings
+    # (issue 32): the default is the strongest ring, and the caption says why that head.
+    heads = [tuple(r) for r in con.execute("select layer, head from heads where model = 'sim-a-1b'").fetchall()]
+    seeds_first = random.Random(42).sample(sorted(heads), 4)[0]
+    for model in ("sim-a-1b", "sim-b-2b"):
+        (layer, head), strength, all_best = _strongest_ring_head(con, model)
+        built = chart("complement-collage", con, models=model)
+        spec = built.to_dict()
+        assert spec["title"]["text"].endswith(f"{model} L{layer} H{head}")
+        caption = spec["usermeta"]["qkdb"]["caption"]
+        assert caption.startswith(f"Head L{layer} H{head} of {model}, the strongest ring of the {len(all_best)} heads "
+                                  "with stored complement scores (pair ")
+        assert f"= {style.fmt_num(strength)}" in caption
+        assert any("strongest ring" in t and "--head" in t for t in title_texts(spec))
+        if model == "sim-a-1b":
+            assert (layer, head) != seeds_first and all_best[0] > all_best[-1]
+    # Asked for a head, it is drawn, and no choice is claimed.
+    asked = chart("complement-collage", con, models="sim-a-1b", head=f"{seeds_first[0]}.{seeds_first[1]}").to_dict()
+    assert asked["title"]["text"].endswith(f"L{seeds_first[0]} H{seeds_first[1]}")
+    assert "strongest ring" not in asked["usermeta"]["qkdb"]["caption"]
+
+
 def test_complement_collage_shows_the_test_strength_not_an_active_label(con, specs):
     spec = specs["complement-collage"]
-    heads = [tuple(r) for r in con.execute("select layer, head from heads where model = 'sim-a-1b'").fetchall()]
-    layer, head = random.Random(42).sample(sorted(heads), 4)[0]  # the seeds' first collage head
+    (layer, head), _, _ = _strongest_ring_head(con, "sim-a-1b")  # the default head
     assert spec["title"]["text"].endswith(f"sim-a-1b L{layer} H{head}")
     pairs = con.execute(
         "select pair, omega_r_squared, p_adjusted, active from complement where model = 'sim-a-1b' and layer = $l and head = $h "
@@ -492,11 +529,32 @@ def test_complement_collage_shows_the_test_strength_not_an_active_label(con, spe
     assert greys == sorted(greys, reverse=True) and greys[0] > greys[-1]
     n_pass = sum(bool(a) for *_, a in pairs)
     assert n_pass, "the planted RoPE rings pass the test"
-    assert any(f"{n_pass} of {len(pairs)} pairs pass the phase–position test" in t for t in title_texts(spec))
+    assert f"{n_pass} of {len(pairs)} complement pairs pass the phase–position test" in spec["usermeta"]["qkdb"]["caption"]
     assert not any("active" in t for t in title_texts(spec))
     for p in panels:  # equal, symmetric axes: rings look round
         x, y = (p["layer"][0]["encoding"][c]["scale"]["domain"] for c in ("x", "y"))
         assert x == y and x[0] == -x[1] > -1e9
+
+
+def test_slope_ratio_axis_fits_the_data_and_shows_the_equal_drift_line(con, specs):
+    from qkdb.charts.figures.slope_ratio import _log_ticks
+
+    spec = specs["slope-ratio"]
+    rows = only_rows(spec)
+    lo = min(min(r["q25_ratio"], r["median_ratio"]) for r in rows)
+    hi = max(max(r["q75_ratio"], r["median_ratio"]) for r in rows)
+    x = [e for e in encodings(spec, "x") if e.get("field") == "q25_ratio"][0]
+    d0, d1 = x["scale"]["domain"]
+    assert x["scale"]["type"] == "log" and x["scale"]["nice"] is False
+    # Every bar, and ratio 1 (the dashed equal-drift line), inside the frame with a margin ...
+    assert d0 < min(lo, 1.0) and d1 > max(hi, 1.0)
+    # ... and no more than a margin: not a decade of empty axis (1-10 for data in 1.3-2.5).
+    assert d0 >= min(lo, 1.0) / 1.3 and d1 <= max(hi, 1.0) * 1.3
+    ticks = x["axis"]["values"]
+    assert len(ticks) >= 3 and all(d0 <= t <= d1 for t in ticks) and 1 in ticks
+    assert any("equal drift" in str(n.get("encoding", {}).get("text", {}).get("value", "")) for n in walk(spec))
+    # A narrow range gets ticks between 1 and 2, a wide one round decades.
+    assert _log_ticks(1.2, 2.6) == [1.2, 1.5, 2, 2.5] and _log_ticks(0.05, 20) == [0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20]
 
 
 def test_series_phase_colours_and_checkpoint_order(specs):
@@ -577,6 +635,33 @@ def test_figures_the_data_cannot_support_say_what_to_ingest(bare_home, con):
         chart("ab-plane-collage", con, models="sim-a-1b", head="40.1")
     with pytest.raises(ChartError, match="shows one model"):
         chart("pca-collage", con, models=["sim-a-1b", "sim-b-2b"])
+
+
+def test_the_exit_code_of_an_unsupported_figure_is_the_one_docs_figures_md_states(runner, bare_home, chart_home, tmp_path):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "figures.md").read_text()
+    section = doc.split("## When the data cannot support a figure", 1)[1].split("\n## ", 1)[0]
+    stated = int(re.search(r"exit code (\d+)", section).group(1))
+    assert stated == EXIT_CODES["not_found"]
+    con = qkdb.api.connect(chart_home, read_only=True)
+    try:
+        without = next(f"{l}.{h}" for l, h in con.execute(
+            "select distinct layer, head from points where model = 'sim-a-1b' and c0 is null order by 1, 2").fetchall())
+    finally:
+        con.close()
+    cases = [  # the page's cases, in its order
+        ["chart", "rq-vs-rk", "--home", str(tmp_path / "empty")],  # no model ingested
+        ["chart", "series-taxonomy", "--home", str(bare_home)],  # no training series
+        ["chart", "complement-collage", "--model", "sim-a-1b", "--head", without, "--home", str(chart_home)],
+        ["chart", "complement-collage", "--model", "sim-a-1b", "--head", "40.1", "--home", str(chart_home)],
+        ["chart", "rq-vs-rk", "--model", "llama3.2-3b", "--home", str(chart_home)],
+        ["chart", "series-trajectory", "--series", "nope", "--home", str(chart_home)],
+    ]
+    for args in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == stated, (args, result.output)
+        assert result.stderr.startswith("error: ") and result.stdout == ""
 
 
 def test_empty_warehouse(tmp_path):

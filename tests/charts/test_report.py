@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import re
+from html import escape as html_escape
 from html.parser import HTMLParser
 
 import pytest
@@ -21,6 +22,8 @@ from qkdb.charts import claims, registry
 from qkdb.charts.report import build_report, figure_page
 from qkdb.charts.report_html import DATA_PREFIX
 from qkdb.cli.app import app
+
+from helpers.terminal import finish, spawn_qkdb
 
 
 
@@ -171,20 +174,98 @@ def test_front_page_says_what_was_ingested(full_report):
         assert f'<td class="model">{model}</td>' in html
 
 
-def test_scorecard_has_every_claim_with_its_interval_and_verdict(full_report):
-    html = full_report.html
+def _scorecard_rows(html: str) -> list[tuple[str, str, str, str]]:
+    """(class, data-claim, data-row or "", cells) of every row of the scorecard, in order."""
     card = html[html.index('<table class="scorecard">'):]
     card = card[:card.index("</table>")]
+    return re.findall(r'<tr class="([a-z -]+)" data-claim="([^"]+)"(?: data-row="([^"]+)")?>(.*?)</tr>', card, re.S)
+
+
+def test_scorecard_has_every_claim_with_its_interval_and_verdict(full_report):
+    from qkdb.charts import scorecard
+
     by_id = {r["id"]: r for r in full_report.findings}
-    rows = re.findall(r'<tr class="([a-z-]+)">(.*?)</tr>', card, re.S)
-    assert len(rows) == len(claims.GROUPS)
-    for g, (cls, row) in zip(claims.GROUPS, rows):
-        head = by_id[g.headline]  # every group's headline row exists in the view
-        assert f'href="#{g.anchor}"' in row
-        assert cls == head["status"].replace(" ", "-")
-        assert f'<span class="verdict {cls}">{head["status"]}</span>' in row
-        measured = (head["measured"] or "—").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        assert measured in row
+    rows = _scorecard_rows(full_report.html)
+    claim_rows = [r for r in rows if not r[0].startswith("subrow")]
+    assert [key for _, key, _, _ in claim_rows] == [g.key for g in claims.GROUPS]
+    for g, (cls, _, _, row) in zip(claims.GROUPS, claim_rows):
+        assert g.headline in by_id  # every group's headline row exists in the view
+        mine = [r for r in full_report.findings if claims.group_of(r["id"]) is g]
+        with_data = [r for r in mine if r["status"] != "no data"]
+        expected = ("no data" if not with_data else with_data[0]["status"]
+                    if len({r["status"] for r in with_data}) == 1 else "mixed")
+        assert scorecard.claim_verdict(mine) == expected
+        assert f'href="#{g.anchor}"' in row and cls == expected.replace(" ", "-")
+        assert f'<span class="verdict {cls}">{expected}</span>' in row
+        listed = [r[2] for r in rows if r[1] == g.key and r[0].startswith("subrow")]
+        if expected == "mixed":  # its rows with data, each with its own verdict
+            assert listed == [r["id"] for r in with_data]
+            for r in with_data:
+                sub = next(x for x in rows if x[2] == r["id"])
+                assert f'<span class="verdict {r["status"].replace(" ", "-")}">{r["status"]}</span>' in sub[3]
+                assert (r["measured"] or "").replace("<", "&lt;").replace(">", "&gt;") in sub[3]
+        else:
+            assert listed == []
+            head = scorecard.headline(g, mine)
+            measured = (head["measured"] or "—").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            assert measured in row
+
+
+def _finding(id_, status, measured="1.0 [0.9, 1.1]", statement="a statement", scope="overall"):
+    return {"id": id_, "status": status, "measured": measured, "statement": statement, "scope": scope,
+            "seed_value": "1", "criterion": "", "seed": id_[:3]}
+
+
+def test_a_claim_whose_rows_disagree_reads_mixed_and_lists_them():
+    from qkdb.charts import scorecard
+
+    # The demo's case (issue 32): the headline difference holds, the measured r_q does not.
+    findings = [
+        _finding("003.fig01.pc0_r_q", "does not hold", "0.55 [0.50, 0.61]", "Mean PC0 r_q"),
+        _finding("003.fig01.q_dominant", "holds", "0.07 [0.01, 0.13]",
+                 "On PC0 Q is more positional than K: mean r_q - mean |r_k|"),
+        _finding("003.F2.accuracy", "holds"), _finding("003.F2.fisher", "holds"), _finding("003.F2.separation", "no data"),
+        _finding("003.F3.pc0_r_k", "inconclusive"), _finding("003.F3.abs_mu_q", "holds"),
+    ]
+    given = {("003.fig01.q_dominant", "overall"): {"stat": "diff_of_means", "x": 0.5497, "y": 0.4839, "other": None}}
+    html = scorecard.scorecard(findings, given)
+    rows = {key: [r for r in _scorecard_rows(html) if r[1] == key] for key in ("003.fig01", "003.F2", "003.F3", "003.F1")}
+    fig01 = rows["003.fig01"]
+    assert fig01[0][0] == "mixed" and '<span class="verdict mixed">mixed</span>' in fig01[0][3]
+    assert [r[2] for r in fig01[1:]] == ["003.fig01.pc0_r_q", "003.fig01.q_dominant"]
+    assert "does not hold" in fig01[1][3] and "0.55 [0.50, 0.61]" in fig01[1][3]
+    # The difference row prints with its two inputs.
+    assert "0.07 [0.01, 0.13] = mean r_q 0.55 \u2212 mean |r_k| 0.48" in fig01[2][3]
+    # Rows that agree give their verdict (a row without data does not count); none are listed.
+    assert rows["003.F2"][0][0] == "holds" and len(rows["003.F2"]) == 1
+    assert rows["003.F3"][0][0] == "mixed" and len(rows["003.F3"]) == 3  # holds + inconclusive: not "holds"
+    assert rows["003.F1"][0][0] == "no-data" and '<span class="verdict no-data">no data</span>' in rows["003.F1"][0][3]
+    assert scorecard.claim_verdict([]) == "no data"
+
+
+def test_difference_and_ratio_rows_print_the_means_they_combine(chart_home, full_report):
+    from qkdb.charts import scorecard
+
+    con = qkdb.api.connect(chart_home, read_only=True)
+    try:
+        given = scorecard.inputs(con)
+        means = {(i, s): (x, y) for i, s, x, y in con.execute(
+            "select id, scope, avg(x), avg(y) from finding_inputs where stat in ('diff_of_means', 'ratio_of_means') "
+            "group by all").fetchall()}
+    finally:
+        con.close()
+    assert {"003.F1.q_over_k", "003.fig01.q_dominant", "002.F1.k_over_q"} <= {i for i, _ in means}
+    for r in full_report.findings:
+        key = (r["id"], r["scope"])
+        if key not in means or not r["measured"]:
+            continue
+        x, y = means[key]
+        assert given[key]["x"] == pytest.approx(x) and given[key]["y"] == pytest.approx(y)
+        text = scorecard.measured_text(r, given)
+        assert text.startswith(r["measured"] + " = mean ")
+        decimals = len(r["measured"].split()[0].rstrip("x%").split(".")[1])
+        assert f"{x:.{decimals}f}" in text and f"{y:.{decimals}f}" in text
+        assert html_escape(text) in full_report.html
 
 
 def test_claim_sections_show_every_findings_row_beside_the_figures(full_report):
@@ -351,3 +432,42 @@ def test_cli_report_lists_what_the_data_cannot_support(runner, bare_home, tmp_pa
     assert set(section_figures(page)) == set(registry.FIGURES) - series_figures
     result = runner.invoke(app, ["report", "-o", str(tmp_path / "r.pdf"), "--home", str(bare_home)])
     assert result.exit_code != 0 and "give -o FILE.html" in result.stderr
+
+
+def test_report_on_a_terminal_goes_to_a_file_and_redirected_to_stdout(runner, bare_home, tmp_path):
+    # At a terminal without -o: a file in the working directory, named on stderr; not 2 MB of HTML.
+    child = spawn_qkdb("report", "--home", str(bare_home), cwd=tmp_path, columns=100, timeout=180)
+    assert finish(child, timeout=180) == 0, child.transcript.getvalue()
+    said = child.transcript.getvalue()
+    written = tmp_path / "qkdb-report.html"
+    assert written.is_file() and parse(written.read_text(encoding="utf-8")).figures
+    assert "<html" not in said.lower() and "<script" not in said.lower() and len(said) < 4000
+    assert f"report {written}:" in said.replace("\r\n", " ").replace("\n", " ") and "-o FILE.html" in said
+    # Redirected (a pipe, a file): the page is the data on stdout, as before.
+    result = runner.invoke(app, ["report", "--home", str(bare_home)])
+    assert result.exit_code == 0 and result.stdout.lstrip().lower().startswith("<!doctype html")
+    assert "stdout is a terminal" not in result.stderr
+
+
+_NUMBER = re.compile(r"(?<![\w.\-−])[−-]?\d[\d,.]*%?(?![\w])")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers a text states (not those inside names such as stage1, lc-4k or PC1)."""
+    text = re.sub(r"\(seed \d{3}[^)]*\)", "", text)  # the seed's figure reference
+    text = re.sub(r"\b(pair|d −) \d+", "", text)  # names: "pair 2", "the d − 2 dimensions"
+    return {n.rstrip(".,").replace("−", "-") for n in _NUMBER.findall(text)}
+
+
+def test_captions_do_not_repeat_their_subtitles(full_report, page):
+    # On the page a figure's subtitle lines and its caption are printed together (issue 32): the
+    # subtitle says what is drawn, the caption what it shows in numbers; no number is said twice.
+    html = full_report.html
+    for fid, name in page.figures:
+        block = html[html.index(f'<figure id="{fid}"'):]
+        block = block[block.index("<figcaption>"):block.index("</figcaption>")]
+        subs = [re.sub(r"<[^>]+>", "", s) for s in re.findall(r'<span class="sub">(.*?)</span>', block)]
+        caption = re.sub(r"<[^>]+>", "", block.rsplit("</span>", 1)[-1] if subs else block)
+        caption = caption.split("The seed")[0]  # the seed's own values may well match the drawing's
+        shared = _numbers(" ".join(subs)) & _numbers(caption)
+        assert not shared, (name, shared, subs, caption)

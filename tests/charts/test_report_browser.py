@@ -150,3 +150,38 @@ def test_blank_detector_detects_blank():
     assert png_pixels_summary(png(white, 10))[2] < 0.11
     varied = [bytes((i * 7 + j) % 256 for j in range(30)) for i in range(10)]
     assert png_pixels_summary(png(varied, 10))[2] > 0.5
+
+
+WIDTHS = """
+<script>
+(function () {
+  // After the figures render: how far right the findings table and the scorecard reach, against
+  // the page's own width (a horizontal scroll bar appears when the document is wider).
+  function run() {
+    if (!document.body.dataset.figures) { setTimeout(run, 100); return; }
+    const right = sel => Math.ceil(document.querySelector(sel).getBoundingClientRect().right);
+    document.body.dataset.widths = JSON.stringify({
+      findings: right("table.findings"), scorecard: right("table.scorecard"),
+      page: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth,
+    });
+  }
+  run();
+})();
+</script>
+"""
+
+
+@pytest.mark.parametrize("width", [1024, 1200, 1400])
+def test_the_findings_table_fits_windows_from_1024_px(report_file, tmp_path, width):
+    import html
+    import json
+
+    page = tmp_path / "widths.html"
+    head, tail = report_file.read_text(encoding="utf-8").rsplit("</body>", 1)
+    page.write_text(head + WIDTHS + "</body>" + tail, encoding="utf-8")
+    result = run_chromium(tmp_path, page, "--dump-dom", f"--window-size={width},1000")
+    got = re.search(r'data-widths="([^"]*)"', result.stdout)
+    assert got, "the measuring script did not finish"
+    w = json.loads(html.unescape(got.group(1)))
+    assert w["findings"] <= w["page"] and w["scorecard"] <= w["page"], w
+    assert w["scroll"] <= w["page"], w  # no horizontal scrolling at all

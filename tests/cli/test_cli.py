@@ -147,7 +147,8 @@ def test_missing_key_folder_is_named(runner, dataset):
     result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "toy", "--family", "Toy",
                                  "--gqa-ratio", "1", "--n-layers", "2", "-q"])
     assert result.exit_code == EXIT_CODES["input"]
-    assert "key head folder(s) missing" in result.stderr and "l00h02k" in result.stderr
+    assert "key head folders missing: l00h02k (read by l00h02q)" in result.stderr
+    assert "with --gqa-ratio 2 the query heads read exactly the key folders there are" in result.stderr
 
 
 @pytest.mark.parametrize(("value", "ok"), [("all", True), ("300", True), ("1", False), ("many", False)])
@@ -203,9 +204,14 @@ def test_progress_off_a_terminal_is_plain_lines_for_long_steps_only(capsys):
     assert lines == ["slow step: 2/30 files (2 s)", "slow step: 12/30 files (12 s)", "slow step: 30/30 files (31 s)"]
 
 
-def test_debug_shows_the_traceback(runner):
-    result = runner.invoke(app, ["--debug", "query", "drop view heads"])
-    assert result.exit_code != 0 and result.exception is not None
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(runner, dataset):
+    _ingest(runner, dataset)
+    plain = runner.invoke(app, ["query", "drop view heads"])
+    for line in (["--debug", "query", "drop view heads"], ["query", "drop view heads", "--debug"]):
+        result = runner.invoke(app, line)
+        assert result.exit_code == plain.exit_code == EXIT_CODES["input"], result.output
+        assert "Traceback (most recent call last)" in result.stderr and "Traceback" not in plain.stderr
+        assert result.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
 
 
 def test_models_lists_registry_and_ingest_status(runner, dataset):
@@ -240,12 +246,14 @@ def _info_rows(fmt: str, text: str) -> list[tuple[str, str]]:
         header, rule, *rows = text.splitlines()
         assert header == "| key | value |" and rule == "|---|---|"
         return [tuple(c.strip() for c in r.strip("|").split(" | ")) for r in rows]
+    if fmt == "line":  # one record: `key = value` a line, keys right-aligned
+        return [tuple(part.strip() for part in r.split(" = ", 1)) for r in text.splitlines()]
     lines = text.splitlines()  # table: a header row drawn with heavy bars, then the rows
     assert [c.strip() for c in lines[1].strip("┃").split("┃")] == ["key", "value"]
     return [tuple(c.strip() for c in r.strip("│").split("│")) for r in lines if r.startswith("│")]
 
 
-@pytest.mark.parametrize("fmt", ["table", "csv", "jsonl", "markdown"])
+@pytest.mark.parametrize("fmt", ["table", "csv", "jsonl", "markdown", "line"])
 def test_info_lists_the_same_rows_in_every_format(runner, dataset, home, fmt):
     from qkdb import api
 

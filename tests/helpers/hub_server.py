@@ -54,6 +54,45 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def qk_sniffer_files(root: str | Path, *, model_name: str, metadata: dict | None = None) -> dict[str, bytes]:
+    """The files of a capture as qk-sniffer writes and pushes it, from the head folders below ``root``.
+
+    A real branch of ``viktoroo/sniffed-qk`` holds, at its root: one ``lLLhHH{q|k}/data.parquet``
+    folder per captured head, qk-sniffer's dataset card ``README.md`` (markdown without a YAML
+    header), its writer's ``_saver_state.json`` (``model_name``, ``model_metadata``,
+    ``bucket_counts``) and ``.gitattributes``. ``metadata`` is the ``model_metadata`` to record.
+    """
+    import pyarrow.parquet as pq
+
+    files, configs, buckets = {}, [], Counter()
+    for folder in sorted(p for p in Path(root).iterdir() if p.is_dir() and (p / "data.parquet").is_file()):
+        data = (folder / "data.parquet").read_bytes()
+        files[f"{folder.name}/data.parquet"] = data
+        configs.append(folder.name)
+        try:  # (a test may push bytes that are no parquet file: they count in no bucket)
+            buckets.update(pq.read_table(folder / "data.parquet", columns=["bucket"]).column("bucket").to_pylist())
+        except (OSError, ValueError):
+            pass
+    metadata = dict(metadata or {})
+    state = {"model_name": model_name, "model_metadata": metadata,
+             "bucket_counts": {str(b): n for b, n in sorted(buckets.items())}}
+    files["_saver_state.json"] = json.dumps(state, indent=2, sort_keys=True).encode()
+    files["README.md"] = (
+        "# sniffed-qk (model specialization)\n\nThis branch stores one model-specific specialization of the "
+        "sniffed-qk dataset.\n\n## Current Specialization Metadata\n"
+        f"- `model`: `{model_name}`\n"
+        + "".join(f"- `{k}`: `{v}`\n" for k, v in sorted(metadata.items()))
+        + f"- `captured_configs`: `{len(configs)}`\n\n## Captured Configs\n"
+        + "".join(f"- `{c}`\n" for c in configs)
+        + "\n## Dataset Layout\n- `README.md`\n- `lXXhYYq/data.parquet` for query vectors\n"
+        "- `lXXhYYk/data.parquet` for key vectors\n"
+    ).encode()
+    files[".gitattributes"] = (
+        b"*.parquet filter=lfs diff=lfs merge=lfs -text\n*.arrow filter=lfs diff=lfs merge=lfs -text\n"
+    )
+    return files
+
+
 @dataclass
 class Commit:
     sha: str
@@ -93,6 +132,10 @@ class FakeRepo:
                 files[f"{prefix.strip('/')}/{rel}" if prefix else rel] = p.read_bytes()
         files.setdefault(".gitattributes", b"*.parquet filter=lfs diff=lfs merge=lfs -text\n")
         return self.push(branch, files)
+
+    def push_capture(self, branch: str, root: str | Path, *, model_name: str, metadata: dict | None = None) -> str:
+        """Commit the head folders below ``root`` as qk-sniffer pushes a capture (:func:`qk_sniffer_files`); return the commit's sha."""
+        return self.push(branch, qk_sniffer_files(root, model_name=model_name, metadata=metadata))
 
     def commit_for(self, rev: str) -> Commit | None:
         if rev in self.branches:

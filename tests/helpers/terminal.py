@@ -13,8 +13,9 @@ from helpers.processes import sigint_as_at_a_terminal
 TAB, ESCAPE, CTRL_A, CTRL_C, CTRL_D, CTRL_J, CTRL_Q = "\t", "\x1b", "\x01", "\x03", "\x04", "\n", "\x11"
 
 
-def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None, timeout: float = 30) -> pexpect.spawn:
-    """``qkdb ARGS`` on a pseudo-terminal of 40x200; ``prelude`` is Python run in that process before the CLI.
+def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None, timeout: float = 30,
+               columns: int = 200, cwd: str | os.PathLike | None = None) -> pexpect.spawn:
+    """``qkdb ARGS`` on a pseudo-terminal of 40 rows and ``columns`` columns (in ``cwd``); ``prelude`` is Python run in that process before the CLI.
 
     The terminal is plain and predictable: no colours, no user readline settings (``INPUTRC``).
     Everything the process writes is kept in ``child.transcript`` (a StringIO) for failure messages.
@@ -22,7 +23,7 @@ def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None,
     code = f"{prelude}\nfrom qkdb.__main__ import main\nmain()\n"
     full_env = {**os.environ, "NO_COLOR": "1", "TERM": "xterm", "INPUTRC": os.devnull, **(env or {})}
     child = pexpect.spawn(
-        sys.executable, ["-c", code, *args], env=full_env, encoding="utf-8", dimensions=(40, 200), timeout=timeout,
+        sys.executable, ["-c", code, *args], env=full_env, encoding="utf-8", dimensions=(40, columns), timeout=timeout, cwd=cwd,
         preexec_fn=sigint_as_at_a_terminal,
     )
     child.transcript = io.StringIO()

@@ -575,14 +575,20 @@ def test_terminal_findings_fit_the_terminal(runner, warehouse):
     wide = compact_lines(shown)
     assert wide[0].split() == ["id", "measured", "[95%", "interval]", "seed", "status"]
     assert len(wide) == len(shown) + 1 and "\u2026" not in "".join(wide)
-    for width in (120, 80, 60):
+    for width in (120, 80, 60, 40):
         lines = compact_lines(shown, width)
-        assert max(len(line) for line in lines) <= width
-        # Every line keeps the whole id, the whole verdict and the interval's bracket.
-        for r, line in zip(shown, lines[1:]):
-            assert line.startswith(r["id"][:15]) and line.rstrip().endswith(r["status"])
-    narrow = compact_lines(shown, 60)
-    assert any("\u2026" in line for line in narrow)
+        assert max(len(line) for line in lines) <= max(width, max(len(r["id"]) + 15 for r in shown))
+        text = "\n".join(lines)
+        assert "\u2026" not in text  # nothing is cut: values wrap, ids and verdicts stay whole
+        # Every row starts a line with its whole id and ends it with its verdict (a narrow
+        # terminal gets one record per finding: id and verdict, the values indented below).
+        starts = [line for line in lines if not line.startswith(" ")]
+        for r in shown:
+            assert any(line.startswith(r["id"] + " ") and line.rstrip().endswith(r["status"]) for line in starts), (width, r)
+            for value in (r["measured"], r["seed_value"]):
+                assert all(word in text for word in value.split())
+    assert compact_lines(shown, 80)[0].startswith("id")  # a table still, its long values wrapped
+    assert not compact_lines(shown, 40)[0].startswith("id ")  # records
     coloured = compact_lines(shown[:1], colour=True)
     assert "\x1b[" in coloured[1] and shown[0]["status"] in coloured[1]
     # The command: counts first (stderr), rows with data only, --all adds the rest.

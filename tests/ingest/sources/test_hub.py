@@ -28,7 +28,6 @@ from qkdb.ingest.sources.select import HeadSelection
 from qkdb.ingest.capture.simulate import simulate
 
 REPO = "viktoroo/sniffed-qk"
-PREFIX = "data/attention-plasticity"
 LLAMA = lookup("llama3.2-1b")  # 32 query heads, 8 KV heads: key head = h // 4
 QWEN = lookup("qwen3-0.6b")  # 16 query heads, 8 KV heads: key head = h // 2
 
@@ -59,13 +58,32 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+def _saver_metadata(spec, n_layers: int, n_q: int, n_kv: int, sampled: int) -> dict:
+    """qk-sniffer's model_metadata for a capture of ``spec`` (its attention-plasticity configs' settings)."""
+    return {
+        "source_dataset": "viktoroo/longbench-pro-128k-plus", "dataset_name": "", "dataset_split": "train",
+        "attention_scope": "full_only", "sampling_strategy": "uniform", "sampling_bucket_size": 2048,
+        "head_sampling_strategy": "random_query", "head_sampling_seed": 0,
+        "head_sampling_requested_query_heads": 300, "head_sampling_selected_query_heads": sampled,
+        "head_sampling_num_layers": n_layers, "head_sampling_num_query_heads": n_q,
+        "head_sampling_num_key_heads": n_kv, "dataset_repo": REPO, "dataset_branch": spec.dataset_revision,
+    }
+
+
+def _push(repo, branch: str, root: Path, spec=None) -> str:
+    """A branch laid out as qk-sniffer pushes it: head folders at the root, README.md, _saver_state.json, .gitattributes."""
+    spec = spec or LLAMA
+    return repo.push_capture(branch, root, model_name=spec.hf_model,
+                             metadata=_saver_metadata(spec, 3, spec.n_q_heads, spec.n_kv_heads, 10))
+
+
 @pytest.fixture
 def fake(datasets):
-    """The fake Hub with the dataset repo and two model branches (with a prefix, as on the real repo)."""
+    """The fake Hub with the dataset repo and two model branches, each laid out as qk-sniffer pushes it."""
     with FakeHub(page_size=7) as hub:
         repo = hub.add_repo(REPO)
-        repo.push_dir(LLAMA.dataset_revision, datasets["llama"], prefix=PREFIX)
-        repo.push_dir(QWEN.dataset_revision, datasets["qwen"], prefix=PREFIX)
+        _push(repo, LLAMA.dataset_revision, datasets["llama"], LLAMA)
+        _push(repo, QWEN.dataset_revision, datasets["qwen"], QWEN)
         yield hub
 
 
@@ -84,7 +102,7 @@ def _open(fake, cache, spec=LLAMA, heads=None, **kw):
 def _expected_files(root: Path, spec, heads: str | None) -> set[str]:
     """The repo paths the selection needs, from the local copy through the engine's own planner."""
     groups = plan_groups(discover(root), spec.gqa_ratio, HeadSelection.parse(heads))
-    return {f"{PREFIX}/{f.path.parent.name}/data.parquet" for g in groups for f in (g.key, *g.queries)}
+    return {f"{f.path.parent.name}/data.parquet" for g in groups for f in (g.key, *g.queries)}
 
 
 def _sha(path: Path) -> str:
@@ -119,7 +137,7 @@ def test_heads_selection_downloads_only_the_needed_files(fake, cache, datasets):
         for f in (g.key, *g.queries):
             original = datasets["llama"] / f.path.parent.name / "data.parquet"
             assert f.path.is_file() and _sha(f.path) == _sha(original)
-            assert src.cached(f"{PREFIX}/{f.path.parent.name}/data.parquet") == f.path
+            assert src.cached(f"{f.path.parent.name}/data.parquet") == f.path
 
     # The branch was listed once, at the pinned commit, following the pages.
     counts = fake.counts()
@@ -146,7 +164,7 @@ def test_layer_selection_and_plan_match_a_local_discovery(fake, cache, datasets)
     as_keys = lambda gs: [(g.layer, g.kv_head, tuple((q.layer, q.head) for q in g.queries)) for g in gs]  # noqa: E731
     assert as_keys(src.plan) == as_keys(local)
     assert src.planned == [(q.layer, q.head) for g in local for q in g.queries]
-    assert all(f.split("/")[2][:3] in ("l01", "l02") for f in src.files)
+    assert all(f.split("/")[0][:3] in ("l01", "l02") for f in src.files)
     assert sum(src.sizes.values()) == src.download_bytes() > 0
 
 
@@ -211,7 +229,7 @@ def test_revision_pinning_branch_vs_commit(fake, cache, datasets, tmp_path):
         (changed / folder.name).mkdir()
         data = (folder / "data.parquet").read_bytes()
         (changed / folder.name / "data.parquet").write_bytes(data + b"\0" if folder.name == "l00h03q" else data)
-    new = repo.push_dir(LLAMA.dataset_revision, changed, prefix=PREFIX)
+    new = _push(repo, LLAMA.dataset_revision, changed)
     assert new != old
 
     pinned = _open(fake, cache, heads="l00h03", revision=old)
@@ -230,7 +248,7 @@ def test_revision_pinning_branch_vs_commit(fake, cache, datasets, tmp_path):
 
 def test_branch_names_are_url_encoded(fake, cache, datasets):
     branch = "team/llama3.2-1b.v2+test"  # dots, a slash and a plus
-    sha = fake.repos[REPO].push_dir(branch, datasets["llama"], prefix=PREFIX)
+    sha = _push(fake.repos[REPO], branch, datasets["llama"])
     src = _open(fake, cache, heads="l00h03", revision=branch)
     assert src.commit == sha
     assert len(list(src.groups())) == 1
@@ -285,13 +303,15 @@ def test_head_missing_on_the_branch(fake, cache):
 
 def test_key_heads_missing_for_the_gqa_mapping_are_named_before_any_download(fake, cache):
     wrong = LLAMA.with_overrides(gqa_ratio=2)  # like qwen3-14b's disputed ratio: keys h // 2 do not exist
-    with pytest.raises(HubError, match=r"key head folder\(s\) missing.*l00h01k.*--gqa-ratio"):
+    # The missing folder first, with the query heads that read it; then the ratio that fits the branch.
+    with pytest.raises(HubError, match=r"key head folders missing: l00h01k \(read by l00h03q\); .*"
+                                       r"with --gqa-ratio 4 the query heads read exactly the key folders there are"):
         _open(fake, cache, spec=wrong, heads="0")
     assert fake.downloaded() == {}
 
 
 def test_file_listed_but_not_served(fake, cache):
-    path = f"{PREFIX}/l00h03q/data.parquet"
+    path = "l00h03q/data.parquet"
     fake.unserved.add(path)
     src = _open(fake, cache, heads="l00h03")
     with pytest.raises(HubError, match=r"head file .*l00h03q/data.parquet is missing on the branch"):
@@ -375,7 +395,7 @@ def test_offline_environment_variable_in_a_fresh_process(fake, cache, tmp_path):
 
 
 def test_a_cut_download_is_resumed(fake, cache, datasets):
-    path = f"{PREFIX}/l00h03q/data.parquet"
+    path = "l00h03q/data.parquet"
     fake.cut(path, times=1)
     [g] = list(_open(fake, cache, heads="l00h03").groups())
     assert _sha(g.queries[0].path) == _sha(datasets["llama"] / "l00h03q" / "data.parquet")
@@ -383,7 +403,7 @@ def test_a_cut_download_is_resumed(fake, cache, datasets):
 
 
 def test_a_download_that_keeps_failing_is_retried_then_fails_and_a_rerun_resumes(fake, cache, datasets):
-    bad = f"{PREFIX}/l00h13q/data.parquet"
+    bad = "l00h13q/data.parquet"
     fake.cut(bad, times=-1)
     src = _open(fake, cache, heads="0", retries=1, retry_wait=0.01)
     with pytest.raises(HubError, match=r"download of .*l00h13q/data.parquet failed after 2 attempts.*run again"):
@@ -506,7 +526,8 @@ def test_ingest_by_registry_name_equals_ingest_from_a_local_path(fake, cache, da
     res = api.ingest(model="llama3.2-1b", heads="l00h03,l02h21", endpoint=fake.url, cache_dir=cache, token=False,
                      home=hub_home, workers=1)
     assert res.heads_done == len([k for k in discover(datasets["llama"]).queries if k in ((0, 3), (2, 21))])
-    assert set(fake.downloaded()) == _expected_files(datasets["llama"], LLAMA, "l00h03,l02h21")  # nothing else
+    # The head files the selection needs, and the branch's record of its capture (provenance), nothing else.
+    assert set(fake.downloaded()) == _expected_files(datasets["llama"], LLAMA, "l00h03,l02h21") | {"_saver_state.json"}
 
     api.ingest(datasets["llama"], model="llama3.2-1b", heads="l00h03,l02h21", home=path_home, workers=1)
     for table in METRIC_TABLES:
@@ -569,7 +590,7 @@ def test_cli_ingest_series_reports_each_failure_and_goes_on(fake, datasets, tmp_
 
     checkpoints = series_models("smollm3-3b")  # 16 query / 4 KV heads: key head = h // 4, as for Llama
     for spec in checkpoints[:2]:
-        fake.repos[REPO].push_dir(spec.dataset_revision, datasets["llama"], prefix=PREFIX)
+        _push(fake.repos[REPO], spec.dataset_revision, datasets["llama"], spec)
     out = _qkdb(fake, tmp_path, "ingest", "--series", "smollm3-3b", "-q", "-j", "1", "--heads", "0",
                 "--points", "0", "--no-complement")
     assert out.returncode == EXIT_CODES["not_found"]  # (the first failure's kind: its branch is missing)
@@ -647,3 +668,30 @@ def test_cli_series_stops_at_an_unreachable_hub_once_listing_the_models_not_inge
     models = [s.model for s in series_models("smollm3-3b")]
     assert len(lines) == 1 and lines[0].startswith("error: dataset viktoroo/sniffed-qk at revision "), out.stderr
     assert lines[0].endswith(f"; not ingested: {', '.join(models)}")  # the first one too: said once, not per model
+
+
+def test_a_branch_laid_out_as_qk_sniffer_pushes_it_ingests_by_name(fake, tmp_path):
+    # The real layout (issue 32): head folders at the branch root, beside qk-sniffer's dataset card
+    # (markdown, no YAML header), its _saver_state.json and .gitattributes.
+    sha = fake.repos[REPO].branches[LLAMA.dataset_revision]
+    files = fake.repos[REPO].commits[sha].files
+    top = {path.split("/", 1)[0] for path in files}
+    assert {"README.md", "_saver_state.json", ".gitattributes"} <= top
+    assert all(p.count("/") == 1 and p.endswith("/data.parquet") for p in files if "/" in p)  # no prefix
+    assert not files["README.md"].startswith(b"---") and files["README.md"].startswith(b"# sniffed-qk")
+    state = json.loads(files["_saver_state.json"])
+    assert state["model_name"] == LLAMA.hf_model and state["model_metadata"]["head_sampling_num_key_heads"] == 8
+    out = _qkdb(fake, tmp_path, "ingest", "--model", "llama3.2-1b", "--heads", "0", "-j", "1", "--points", "0")
+    assert out.returncode == 0, out.stderr
+    assert "ignored" not in out.stderr  # the card, the state and .gitattributes are no head folders to report
+    assert _ingested(tmp_path) == [("llama3.2-1b", "hub", LLAMA.dataset_revision)]
+    # The branch's record of its capture is the model's provenance.
+    from qkdb import api
+
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        capture = json.loads(con.execute("select capture from models").fetchone()[0])
+    finally:
+        con.close()
+    assert capture == {"written_by": "qk-sniffer", "model_name": state["model_name"], **state["model_metadata"],
+                       "bucket_counts": state["bucket_counts"]}

@@ -151,10 +151,36 @@ def test_gqa_mapping_and_missing_key_folders(tmp_path):
     found = discover(tmp_path)
     groups = plan_groups(found, gqa_ratio=4)
     assert [(g.kv_head, [q.head for q in g.queries]) for g in groups] == [(0, [0, 1, 2, 3]), (1, [4, 5, 6, 7])]
-    with pytest.raises(InputError, match=r"l00h02k, l00h03k"):
+    # Each missing folder first, with the query heads that read it; then the ratio that fits the
+    # folders there are (a wrong ratio, not a missing file).
+    with pytest.raises(InputError) as wrong:
         plan_groups(found, gqa_ratio=2)
+    assert str(wrong.value) == (
+        f"{tmp_path}: key head folders missing: l00h02k (read by l00h04q, l00h05q); l00h03k (read by l00h06q, "
+        "l00h07q) (query head h reads key head h // 2); with --gqa-ratio 4 the query heads read exactly the key "
+        "folders there are: is the GQA ratio 2 right (--gqa-ratio, the registry, the dataset's facts)?"
+    )
     # a selection that needs only the present key heads plans fine
     assert len(plan_groups(found, 2, HeadSelection.parse("l00h01,l00h03"))) == 2
+
+
+def test_a_key_file_missing_from_the_capture_is_named_with_its_query_heads(tmp_path):
+    # qwen3-style 2 query heads per key head, one key file lost: no ratio explains it.
+    rng = np.random.default_rng(4)
+    for layer in (0, 1):
+        for h in range(6):
+            write_head(tmp_path, layer, h, "q", rng.normal(size=(5, 2)), np.arange(5))
+        for g in range(3):
+            if (layer, g) != (1, 2):
+                write_head(tmp_path, layer, g, "k", rng.normal(size=(5, 2)), np.arange(5))
+    with pytest.raises(InputError) as lost:
+        plan_groups(discover(tmp_path), gqa_ratio=2)
+    message = str(lost.value)
+    assert message.startswith(f"{tmp_path}: key head folder missing: l01h02k (read by l01h04q, l01h05q) ")
+    assert message.endswith("the dataset lacks this file: capture it, or ingest the other heads with --heads")
+    assert "--gqa-ratio" not in message  # the ratio is not what is wrong
+    # The other heads plan fine.
+    assert len(plan_groups(discover(tmp_path), 2, HeadSelection.parse("l00h00,l00h05,l01h01"))) == 3
 
 
 def test_head_selection_syntax():

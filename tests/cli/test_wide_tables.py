@@ -1,0 +1,154 @@
+"""Tables wider than the terminal (issue 32): the columns that fit, whole; the rest elided with a note.
+
+Driven in a real pseudo-terminal 100 columns wide, as a person at a laptop would see them:
+`qkdb query`, `qkdb models`, `qkdb shell` and `qkdb findings` (whose ids are keys, never cut).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pytest
+
+from qkdb import api
+from qkdb.cli.app import app
+from qkdb.cli.table_fit import LONG_TEXT_MIN, SHORT, fit_columns, frame_width
+from qkdb.ingest import registry
+from qkdb.ingest.capture.simulate import simulate
+
+from helpers.terminal import finish, spawn_qkdb
+
+WIDTH = 100
+SIM = dict(layers=2, q_heads=4, kv_heads=2, head_dim=16, vectors=300, workers=1)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    """Two small Qwen3 models under their registry names (so the findings' long ids have data) and one other."""
+    base = tmp_path_factory.mktemp("wide")
+    home = base / "home"
+    for seed, name in enumerate(("qwen3-0.6b", "qwen3-1.7b", "sim-c")):
+        simulate(base / name, model=name, family="Qwen3" if name.startswith("qwen3") else "Sim C", seed=seed, **SIM)
+        api.ingest(base / name, home=home, workers=1)
+    return home
+
+
+def _screen(*args: str, home) -> list[str]:
+    """What ``qkdb ARGS`` shows on a terminal WIDTH columns wide (stdout and stderr), line by line, without colour codes."""
+    child = spawn_qkdb(*args, "--home", str(home), columns=WIDTH, timeout=120)
+    assert finish(child, timeout=120) == 0, child.transcript.getvalue()
+    return [ANSI.sub("", line) for line in child.transcript.getvalue().replace("\r\n", "\n").splitlines()]
+
+
+def _table(lines: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The header cells and body rows of the boxed table among ``lines``."""
+    header = next(line for line in lines if line.startswith("┃"))
+    body = [line for line in lines if line.startswith("│")]
+    cells = lambda line, bar: [c.strip() for c in line.strip(bar).split(bar)]  # noqa: E731
+    return cells(header, "┃"), [cells(line, "│") for line in body]
+
+
+def _columns(home, sql: str) -> list[str]:
+    con = api.connect(home, read_only=True)
+    try:
+        return [d[0] for d in con.execute(sql).description]
+    finally:
+        con.close()
+
+
+def test_fitting_never_squeezes_a_column_below_its_header_or_its_short_values():
+    names = ["id", "a_long_header_name", "statement", "n"]
+    rows = [["003.F4.large_qwen3.position_dominated", "1", "x " * 80, "7"], ["id2", "22", "short", "8"]]
+    for width in (60, 80, 100, 140, 400):
+        fit = fit_columns(names, rows, width)
+        shown = dict(zip(fit.columns, fit.widths))
+        assert frame_width(fit.widths + ([1] if fit.elided else [])) <= width
+        assert fit.columns == list(range(len(fit.columns))) and fit.elided == len(names) - len(fit.columns)
+        assert shown[0] == len(rows[0][0])  # a key: whole, on one line
+        if 1 in shown:
+            assert shown[1] == len("a_long_header_name")
+        if 2 in shown:  # long text wraps, but never in fewer than LONG_TEXT_MIN characters
+            assert LONG_TEXT_MIN <= shown[2] <= len(rows[0][2].rstrip()) + 1
+    assert fit_columns(names, rows, 60).elided == 3 and fit_columns(names, rows, 70).elided == 2
+    assert fit_columns(names, rows, 400).elided == 0
+    everything = fit_columns(names, rows, None)  # a file or a pipe: every column, natural widths
+    assert everything.elided == 0 and everything.widths == [37, 18, 160, 1]
+    assert SHORT >= len("003.F4.large_qwen3.position_dominated")
+
+
+def test_query_shows_the_columns_that_fit_whole_and_says_how_many(warehouse):
+    sql = "from head_metrics limit 3"
+    columns = _columns(warehouse, sql)
+    lines = _screen("query", sql, home=warehouse)
+    assert max(len(line) for line in lines) <= WIDTH
+    header, body = _table(lines)
+    assert header[-1] == "\u2026" and header[:-1] == columns[: len(header) - 1]  # whole names, from the left
+    assert len(header) - 1 >= 5 and len(body) == 3  # one line per row: no cell broken over lines
+    assert f"{len(header) - 1} of {len(columns)} columns shown; --format line (one record per row) or --format csv for all" in lines
+
+
+def test_line_format_and_files_carry_every_column(runner, warehouse, tmp_path):
+    sql = "from head_metrics limit 2"
+    columns = _columns(warehouse, sql)
+    out = runner.invoke(app, ["query", sql, "-f", "line", "--home", str(warehouse)])
+    assert out.exit_code == 0, out.output
+    records = out.stdout.split("\n\n")
+    assert len(records) == 2
+    names = [line.split(" = ", 1)[0].strip() for line in records[0].strip("\n").splitlines()]
+    assert names == columns
+    # A table written to a file (or a pipe) has no edge: every column, nothing elided.
+    target = tmp_path / "t.txt"
+    assert runner.invoke(app, ["query", sql, "-o", str(target), "--home", str(warehouse)]).exit_code == 0
+    header, body = _table(target.read_text().splitlines())
+    assert header == columns and len(body) == 2
+
+
+def test_models_fits_with_the_ingest_status_in_view(warehouse):
+    lines = _screen("models", home=warehouse)
+    assert max(len(line) for line in lines) <= WIDTH
+    header, body = _table(lines)
+    assert header[:4] == ["model", "family", "ingested", "heads"]
+    n_models = len(registry.load_registry()) + 1  # the registry and sim-c
+    assert len(body) == n_models  # one line each (it was 171 lines of 4-character columns)
+    assert {r[0] for r in body if r[2] == "True"} == {"qwen3-0.6b", "qwen3-1.7b", "sim-c"}
+
+
+def test_shell_tables_fit_and_say_how_to_see_every_column(warehouse):
+    child = spawn_qkdb("shell", "--home", str(warehouse), columns=WIDTH, timeout=120)
+    child.expect_exact("qkdb> ")
+    child.send("from findings;\r")
+    child.expect_exact("qkdb> ")
+    lines = [ANSI.sub("", line) for line in child.before.replace("\r\n", "\n").splitlines()]
+    child.send(".mode line\r")
+    child.expect_exact("qkdb> ")
+    child.send("select 1 as one, 'x' as two;\r")
+    child.expect_exact("qkdb> ")
+    as_lines = child.before.replace("\r\n", "\n")
+    child.send("quit\r")
+    assert finish(child) == 0
+    n_rows = api.connect(warehouse, read_only=True).execute("select count(*) from findings").fetchone()[0]
+    header, body = _table(lines)
+    assert max(len(line) for line in lines) <= WIDTH and header[0] == "id"
+    assert len(body) == n_rows  # it was 1,800+ lines of 2-character columns
+    assert any(re.fullmatch(r"\d+ of \d+ columns shown; \.format line \(one record per row\) or \.format csv for all", line)
+               for line in lines)
+    assert "one = 1" in as_lines and "two = x" in as_lines
+
+
+def test_findings_keeps_every_id_whole_at_100_columns(runner, warehouse):
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, ["findings", "-f", "csv", "--home", str(warehouse)]).stdout)))
+    shown = [r for r in rows if r["status"] != "no data"]
+    assert {"003.F1.small_qwen3.q", "003.F1.small_qwen3.k"} <= {r["id"] for r in shown}
+    lines = _screen("findings", home=warehouse)
+    assert max(len(line) for line in lines) <= WIDTH
+    text = "\n".join(lines)
+    for r in shown:
+        # The whole id starts a line of its own row (ids are keys: the Q and K rows must differ).
+        assert re.search(rf"^{re.escape(r['id'])}\s", text, re.MULTILINE), r["id"]
+        # The seed's value and the interval are whole too (a long one wraps inside its column).
+        for value in (r["seed_value"], r["measured"]):
+            assert all(word in text for word in value.split()), value
+    assert "\u2026" not in text
