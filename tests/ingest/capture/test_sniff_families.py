@@ -61,7 +61,7 @@ def references(model_of, corpus):
     def get(family: str):
         if family not in cache:
             folder = model_of(family)
-            cache[family] = tm.reference(folder, tm.windows(folder, corpus, N_TEXTS, MAX_LENGTH))
+            cache[family] = tm.reference(folder, tm.windows(folder, corpus, N_TEXTS, MAX_LENGTH), family)
         return cache[family]
 
     return get
