@@ -78,7 +78,9 @@ def rope_facts(recorder, n_layers: int, config_nope: list[int], rope_parameters:
     rotating = {l: s for l, s in states.items() if s.rotation is not None and s.rotation.pairing is not None}
     still = {l for l, s in states.items() if s.rotation is not None and s.rotation.pairing is None}
     unknown = {l: s for l, s in states.items() if s.rotation is None}
-    given = {l for l, s in unknown.items() if s.cos_sin is not None}
+    # layers whose layout was not established: the config's NoPE layers are taken as NoPE (their
+    # rows unverified, as everything under --unchecked); the others given cos/sin are unknown RoPE
+    given = {l for l, s in unknown.items() if s.cos_sin is not None and l not in config_nope}
     rope = "rotary" if rotating or given else "none"
 
     if rope == "none":
@@ -95,25 +97,21 @@ def rope_facts(recorder, n_layers: int, config_nope: list[int], rope_parameters:
                          "recorded as NoPE layers (nope_layers)")
 
     pairing = dims = offset = None
-    rot_layers = dict(rotating)
-    if rotating:
+    if rotating and not given:
         first = next(iter(rotating.values())).rotation
         pairing, dims, offset = first.pairing, first.dims, first.offset
-    elif given:
-        widths = {s.cos_sin.dims for s in unknown.values() if s.cos_sin is not None}
+    elif given:  # never a guessed layout: the width the cos/sin show, the rest unknown
+        widths = {states[l].cos_sin.dims for l in given} | {s.rotation.dims for s in rotating.values()}
         if len(widths) == 1:
             dims = widths.pop()
-            d = recorder.d
-            offset = 0 if dims == d else None
-    if rope == "rotary" and (given or pairing is None):
-        which = sorted(given) or sorted(unknown)
-        reasons = sorted({s.reason for l, s in unknown.items() if s.reason})
+            offset = 0 if dims == recorder.d else None
+        reasons = sorted({states[l].reason for l in given if states[l].reason})
         notes.append(
-            f"the RoPE layout of layers {_list(which)} could not be established from their rows ({'; '.join(reasons)})"
-            + ("; rope_pairing and rotary_offset are recorded as null: the ingest computes no RoPE planes for this "
-               "capture" if pairing is None else "; recorded as the other layers' layout")
+            f"the RoPE layout of layers {_list(sorted(given))} could not be established from their rows "
+            f"({'; '.join(reasons)}): rope_pairing{' and rotary_offset are' if offset is None else ' is'} recorded as "
+            "null, and the ingest computes no RoPE planes for this capture"
         )
-    rot_layers.update({l: s for l, s in unknown.items() if s.cos_sin is not None})
+    rot_layers = {**rotating, **{l: states[l] for l in given}}
 
     # global (full-attention) layers: those without a sliding window, else all
     def global_of(layers):
@@ -143,14 +141,15 @@ def rope_facts(recorder, n_layers: int, config_nope: list[int], rope_parameters:
         "layer_attention_scale": layer_scale,
         "nope_layers": nope,
     }
-    return RopeFacts(top, _provenance(recorder, rotating, unknown, rope_parameters, inv_freq, text_lengths),
+    return RopeFacts(top, _provenance(recorder, rotating, {l: states[l] for l in given}, unknown, rope_parameters,
+                                      inv_freq, text_lengths),
                      _attention(recorder), notes)
 
 
-def _provenance(recorder, rotating, unknown, rope_parameters, inv_freq, text_lengths) -> dict:
+def _provenance(recorder, rotating, given, unknown, rope_parameters, inv_freq, text_lengths) -> dict:
     """``capture.rope``: how each recorded fact was established."""
     out: dict = {}
-    if rotating:
+    if rotating and not given:
         layers = sorted(rotating)
         st = rotating[layers[0]]
         out["layout_from"] = "rows"
@@ -169,9 +168,9 @@ def _provenance(recorder, rotating, unknown, rope_parameters, inv_freq, text_len
                 "meaning": ("every key head's rotated slice is one vector per position (multi-head latent "
                             "attention's shared rotary key), established from the keys attention receives"),
             }
-    elif any(s.cos_sin is not None for s in unknown.values()):
+    elif given:
         out["layout_from"] = None
-    states = dict(rotating) or {l: s for l, s in unknown.items() if s.cos_sin is not None}
+    states = {**rotating, **given}
     if states:
         full = [l for l in sorted(states) if recorder.sliding.get(l) is None] or sorted(states)
         st = states[full[0]]  # a global layer's: the one rope_inv_freq describes
@@ -236,3 +235,19 @@ def _list(layers) -> str:
     layers = list(layers)
     return ", ".join(map(str, layers[:8])) + (f" and {len(layers) - 8} more" if len(layers) > 8 else "")
 
+
+
+def summary(meta: dict) -> str:
+    """One line saying what RoPE a capture recorded (for the CLI)."""
+    scale = meta.get("attention_scale")
+    tail = f"; attention scale {scale:.6g}" if scale is not None else ""
+    if meta.get("rope") != "rotary":
+        return f"rope: none (no layer rotates its queries and keys){tail}"
+    dims, off, pairing = meta.get("rotary_dims"), meta.get("rotary_offset"), meta.get("rope_pairing")
+    if pairing is None:
+        width = f" over {dims} of {meta['head_dim']} dims" if dims else ""
+        return f"rope: layout not established{width} (rope_pairing null: no RoPE planes at ingest){tail}"
+    src = (meta.get("capture") or {}).get("rope", {}).get("frequencies_from") or "cos/sin"
+    per_layer = " (per layer: layer_rope_inv_freq)" if meta.get("layer_rope_inv_freq") else ""
+    return (f"rope: {pairing} pairs on dims {off}–{off + dims - 1} of {meta['head_dim']} ({dims // 2} planes), "
+            f"frequencies from {src.split(' (')[0]}{per_layer}{tail}")

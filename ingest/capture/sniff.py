@@ -55,6 +55,7 @@ from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.capture import attention_backend
 from qkdb.ingest.capture.rope_layout import FrequencySource
 from qkdb.ingest.capture.rope_record import rope_facts
+from qkdb.ingest.capture.rope_record import summary as rope_summary
 from qkdb.ingest.capture.sniff_recorder import PositionScaling, Recorder, StopForward, check_summary
 
 ATTENTION_NAME = "qkdb_capture"
@@ -200,6 +201,7 @@ class SniffResult:
     n_vectors: int
     seconds: float
     notes: list[str] = field(default_factory=list)  # one line each, for the user (stderr)
+    rope: str = ""  # one line: the RoPE recorded (layout, frequencies' source, attention scale)
 
 
 def _is_capture_entry(p: Path) -> bool:
@@ -664,7 +666,7 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SniffResult(out, metadata, q_heads, k_heads, len(windows), plan.kept * len(files),
-                       time.perf_counter() - t0, notes)
+                       time.perf_counter() - t0, notes, rope_summary(metadata))
 
 
 def _check_longrope(facts: ModelFacts, lengths: list[int], text: str) -> None:
@@ -723,7 +725,7 @@ def _forward_failed(exc: BaseException, text: int, what: str, recorder) -> str:
             where = Path(name).name
         tb = tb.tb_next
     place = f" in transformers' {where}" if where else ""
-    return (f"{what}: the model's forward pass failed on text {text}{place} ({type(exc).__name__}), with qkdb sniff's "
+    return (f"{what}: the model's forward pass failed on text {text}{place}, with qkdb sniff's "
             f"attention function handing on to {recorder.backend.name}: qkdb sniff cannot capture this model "
             "(--debug shows the error)")
 

@@ -92,7 +92,10 @@ FAMILY_SPECS = {f.name: f for f in (
     Family("deepseek_v2", head_dim=24, n_kv=N_Q, pairing="interleaved", rotary_dims=8, offset=16, mla=True),
     Family("deepseek_v3", head_dim=24, n_kv=N_Q, pairing="half", rotary_dims=8, offset=16, deinterleave=True,
            mla=True),
-    Family("falcon", head_dim=WIDE, n_kv=1, refused=r"does not route attention through transformers' "
+    # OLMo with clip_qkv clamps q/k/v between the projection and RoPE: no layout reproduces the rows
+    Family("olmo_clip", refused=r"layer 0 (queries|keys) \(head \d\): attention receives vectors that differ from "
+                                r"every rotation qkdb sniff knows of the [qk]_proj output"),
+    Family("falcon", head_dim=WIDE, n_kv=1, refused=r"^(?!.*ALiBi).*does not go through transformers' "
                                                      r"AttentionInterface"),
     Family("falcon_alibi", head_dim=WIDE, n_kv=N_Q, pairing=None, refused=r"ALiBi"),
     Family("bloom", head_dim=WIDE, n_kv=N_Q, pairing=None, refused=r"ALiBi"),
@@ -134,6 +137,9 @@ def train_tokenizer(folder):
 def _config(family: str, vocab: int, **extra):
     import transformers as tf
 
+    def mk(cls, **kw):  # the family's settings, then the caller's on top
+        return cls(**{**kw, **extra})
+
     common = dict(
         vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=N_LAYERS,
         num_attention_heads=N_Q, num_key_value_heads=N_KV, head_dim=HEAD_DIM, max_position_embeddings=1024,
@@ -144,77 +150,80 @@ def _config(family: str, vocab: int, **extra):
     derived = {k: v for k, v in wide.items() if k != "head_dim"}
     default = {"rope_type": "default", "rope_theta": THETA}
     if family == "llama":
-        return tf.LlamaConfig(**common, rope_parameters=default, attention_bias=True, **extra)
+        return mk(tf.LlamaConfig, **common, rope_parameters=default, attention_bias=True)
     if family == "llama3":  # Llama 3.1/3.2 frequency scaling, with a short original context so that it matters
-        return tf.LlamaConfig(**common, rope_parameters={
+        return mk(tf.LlamaConfig, **common, rope_parameters={
             "rope_type": "llama3", "rope_theta": THETA, "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, **extra)
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
     if family == "qwen3":
-        return tf.Qwen3Config(**common, rope_parameters=default, attention_bias=True, **extra)
+        return mk(tf.Qwen3Config, **common, rope_parameters=default, attention_bias=True)
     if family == "mistral":
-        return tf.MistralConfig(**common, rope_parameters=default, sliding_window=12, **extra)
+        return mk(tf.MistralConfig, **common, rope_parameters=default, sliding_window=12)
     if family == "ministral":  # alternating local and global layers
-        return tf.MinistralConfig(**common, rope_parameters=default, sliding_window=12,
-                                  layer_types=["sliding_attention", "full_attention", "sliding_attention"], **extra)
+        return mk(tf.MinistralConfig, **common, rope_parameters=default, sliding_window=12,
+                                  layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     if family == "ministral3":  # YaRN and the llama-4 query scale, from position 16 on
-        return tf.Ministral3Config(**common, rope_parameters={
+        return mk(tf.Ministral3Config, **common, rope_parameters={
             "rope_type": "yarn", "rope_theta": THETA, "factor": 4.0, "original_max_position_embeddings": 16,
             "max_position_embeddings": 1024, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
-            "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}, **extra)
+            "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})
     if family == "smollm3":  # layer 1 applies no RoPE
-        return tf.SmolLM3Config(**common, rope_parameters=default, no_rope_layer_interval=2, **extra)
+        return mk(tf.SmolLM3Config, **common, rope_parameters=default, no_rope_layer_interval=2)
     if family == "gemma3":  # local layers (theta 100) and a global one (theta 5000, linear scaling)
-        return tf.Gemma3TextConfig(**common, sliding_window=12, query_pre_attn_scalar=HEAD_DIM,
+        return mk(tf.Gemma3TextConfig, **common, sliding_window=12, query_pre_attn_scalar=HEAD_DIM,
                                    layer_types=["sliding_attention", "sliding_attention", "full_attention"],
                                    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
                                                     "full_attention": {"rope_type": "linear", "factor": 2.0,
-                                                                       "rope_theta": THETA}}, **extra)
+                                                                       "rope_theta": THETA}})
     if family == "gpt2":
-        return tf.GPT2Config(vocab_size=vocab, n_embd=HIDDEN, n_layer=N_LAYERS, n_head=N_Q, n_positions=1024,
-                             bos_token_id=1, eos_token_id=2, **extra)
+        return mk(tf.GPT2Config, vocab_size=vocab, n_embd=HIDDEN, n_layer=N_LAYERS, n_head=N_Q, n_positions=1024,
+                             bos_token_id=1, eos_token_id=2)
     if family == "qwen2":  # YaRN with an attention factor (cos/sin amplitude) != 1
-        return tf.Qwen2Config(**common, rope_parameters={
-            "rope_type": "yarn", "rope_theta": THETA, "factor": 4.0, "original_max_position_embeddings": 16}, **extra)
+        return mk(tf.Qwen2Config, **common, rope_parameters={
+            "rope_type": "yarn", "rope_theta": THETA, "factor": 4.0, "original_max_position_embeddings": 16})
     if family == "mixtral":
-        return tf.MixtralConfig(**common, rope_parameters=default, num_local_experts=2, num_experts_per_tok=1,
-                                **extra)
+        return mk(tf.MixtralConfig, **common, rope_parameters=default, num_local_experts=2, num_experts_per_tok=1,
+                                )
+    if family == "olmo_clip":
+        return mk(tf.OlmoConfig, **{k: v for k, v in common.items() if k != "head_dim"}, rope_parameters=default,
+                  clip_qkv=0.05)
     if family == "olmo2":  # q/k RMS norm over all heads at once
-        return tf.Olmo2Config(**common, rope_parameters=default, **extra)
+        return mk(tf.Olmo2Config, **common, rope_parameters=default)
     if family == "gemma2":  # attention-logit softcapping, query_pre_attn_scalar != head_dim, local/global layers
-        return tf.Gemma2Config(**wide, rope_parameters=default, sliding_window=12,
+        return mk(tf.Gemma2Config, **wide, rope_parameters=default, sliding_window=12,
                                query_pre_attn_scalar=GEMMA2_QUERY_PRE_ATTN_SCALAR,
                                attn_logit_softcapping=GEMMA2_SOFTCAP, final_logit_softcapping=None,
                                layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                               initializer_range=0.3, **extra)
+                               initializer_range=0.3)
     if family == "gpt_neox":  # Pythia: rotary_pct 0.25 of d = 16 -> 4 dims; fused per-head query_key_value
-        return tf.GPTNeoXConfig(vocab_size=vocab, hidden_size=N_Q * WIDE, num_hidden_layers=N_LAYERS,
+        return mk(tf.GPTNeoXConfig, vocab_size=vocab, hidden_size=N_Q * WIDE, num_hidden_layers=N_LAYERS,
                                 num_attention_heads=N_Q, intermediate_size=128, max_position_embeddings=1024,
-                                rotary_pct=0.25, rotary_emb_base=THETA, bos_token_id=1, eos_token_id=2, **extra)
+                                rotary_pct=0.25, rotary_emb_base=THETA, bos_token_id=1, eos_token_id=2)
     if family == "persimmon":  # partial 0.5, per-head LayerNorm q/k, fused per-head query_key_value
-        return tf.PersimmonConfig(vocab_size=vocab, hidden_size=N_Q * WIDE, num_hidden_layers=N_LAYERS,
+        return mk(tf.PersimmonConfig, vocab_size=vocab, hidden_size=N_Q * WIDE, num_hidden_layers=N_LAYERS,
                                   num_attention_heads=N_Q, intermediate_size=128, max_position_embeddings=1024,
                                   rope_parameters={**default, "partial_rotary_factor": 0.5}, qk_layernorm=True,
-                                  bos_token_id=1, eos_token_id=2, **extra)
+                                  bos_token_id=1, eos_token_id=2)
     if family == "phi":  # Phi-2 style: partial 0.4 of d = 16 -> int(6.4) = 6 dims
-        return tf.PhiConfig(**derived, rope_parameters={**default, "partial_rotary_factor": 0.4},
-                            **extra)
+        return mk(tf.PhiConfig, **derived, rope_parameters={**default, "partial_rotary_factor": 0.4},
+                            )
     if family == "phi3":  # longrope with fused [q | k | v]
-        return tf.Phi3Config(**{**derived, "max_position_embeddings": 4 * LONGROPE_ORIGINAL},
+        return mk(tf.Phi3Config, **{**derived, "max_position_embeddings": 4 * LONGROPE_ORIGINAL},
                              original_max_position_embeddings=LONGROPE_ORIGINAL,
                              rope_parameters={"rope_type": "longrope", "rope_theta": THETA,
                                               "short_factor": LONGROPE_SHORT, "long_factor": LONGROPE_LONG,
-                                              "original_max_position_embeddings": LONGROPE_ORIGINAL}, **extra)
+                                              "original_max_position_embeddings": LONGROPE_ORIGINAL})
     if family == "stablelm":  # partial 0.25, a LayerNorm per head for q and k (StableLM 2 12B)
-        return tf.StableLmConfig(**derived, rope_parameters={**default,
+        return mk(tf.StableLmConfig, **derived, rope_parameters={**default,
                                                                                "partial_rotary_factor": 0.25},
-                                 qk_layernorm=True, use_qkv_bias=True, **extra)
+                                 qk_layernorm=True, use_qkv_bias=True)
     if family == "gptj":  # interleaved, rotary_dim 8 of d = 16, no rope_parameters at all
-        return tf.GPTJConfig(vocab_size=vocab, n_embd=N_Q * WIDE, n_layer=N_LAYERS, n_head=N_Q, rotary_dim=8,
-                             n_positions=1024, bos_token_id=1, eos_token_id=2, **extra)
+        return mk(tf.GPTJConfig, vocab_size=vocab, n_embd=N_Q * WIDE, n_layer=N_LAYERS, n_head=N_Q, rotary_dim=8,
+                             n_positions=1024, bos_token_id=1, eos_token_id=2)
     if family in ("cohere", "cohere_qk_norm"):  # interleaved; q/k LayerNorm with (heads, d) weights
-        return tf.CohereConfig(**wide, rope_parameters=default, use_qk_norm=family == "cohere_qk_norm", **extra)
+        return mk(tf.CohereConfig, **wide, rope_parameters=default, use_qk_norm=family == "cohere_qk_norm")
     if family == "glm":  # interleaved, partial 0.5
-        return tf.GlmConfig(**wide, rope_parameters={**default, "partial_rotary_factor": 0.5}, **extra)
+        return mk(tf.GlmConfig, **wide, rope_parameters={**default, "partial_rotary_factor": 0.5})
     if family in ("deepseek_v2", "deepseek_v3"):  # MLA: RoPE on the last 8 of 24 dims, one shared rotary key
         cls = tf.DeepseekV2Config if family == "deepseek_v2" else tf.DeepseekV3Config
         mla = dict(kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
@@ -225,19 +234,19 @@ def _config(family: str, vocab: int, **extra):
                                     "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
                                     "mscale": 1.0, "mscale_all_dim": 1.0})
         base = {k: v for k, v in common.items() if k != "head_dim"}
-        return cls(**{**base, "num_key_value_heads": N_Q}, **mla, **extra)
+        return mk(cls, **{**base, "num_key_value_heads": N_Q}, **mla)
     if family in ("falcon", "falcon_alibi"):
-        return tf.FalconConfig(vocab_size=vocab, hidden_size=N_Q * WIDE, num_hidden_layers=N_LAYERS,
+        return mk(tf.FalconConfig, vocab_size=vocab, hidden_size=N_Q * WIDE, num_hidden_layers=N_LAYERS,
                                num_attention_heads=N_Q, alibi=family == "falcon_alibi",
                                multi_query=family == "falcon", max_position_embeddings=1024,
                                rope_parameters=None if family == "falcon_alibi" else default,
-                               bos_token_id=1, eos_token_id=2, **extra)
+                               bos_token_id=1, eos_token_id=2)
     if family == "bloom":
-        return tf.BloomConfig(vocab_size=vocab, hidden_size=N_Q * WIDE, n_layer=N_LAYERS, n_head=N_Q,
-                              bos_token_id=1, eos_token_id=2, **extra)
+        return mk(tf.BloomConfig, vocab_size=vocab, hidden_size=N_Q * WIDE, n_layer=N_LAYERS, n_head=N_Q,
+                              bos_token_id=1, eos_token_id=2)
     if family == "mpt":
-        return tf.MptConfig(vocab_size=vocab, d_model=N_Q * WIDE, n_heads=N_Q, n_layers=N_LAYERS, max_seq_len=1024,
-                            bos_token_id=1, eos_token_id=2, **extra)
+        return mk(tf.MptConfig, vocab_size=vocab, d_model=N_Q * WIDE, n_heads=N_Q, n_layers=N_LAYERS, max_seq_len=1024,
+                            bos_token_id=1, eos_token_id=2)
     raise ValueError(family)
 
 
@@ -515,4 +524,35 @@ def reference(folder, token_windows, family: str | None = None):
     finally:
         for hd in handles:
             hd.remove()
+    return out
+
+
+def rope_truth(folder, ids, family: str) -> list[dict]:
+    """Per layer, what the model's own modules hold for a text ``ids`` (frequencies None without RoPE).
+
+    ``inv_freq``: the rotary module's frequencies after a forward pass over the text (longrope
+    rewrites them for the text's length; GPT-J has no buffer: its fixed table's frequencies), each
+    checked against the independent definition of :func:`layer_rope`; ``attention_factor``: its
+    ``attention_scaling``; ``scaling``: the ``scaling`` attribute the layer's attention module passes
+    to attention.
+    """
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    spec = FAMILY_SPECS[family]
+    with torch.no_grad():
+        model(input_ids=torch.as_tensor(ids)[None])
+    out = []
+    for layer, attn in enumerate(attention_modules(model)):
+        scaling = getattr(attn, "scaling", None)
+        rope = layer_rope(model, layer, spec, seq_len=len(ids))
+        if rope is None:
+            out.append({"inv_freq": None, "attention_factor": None, "scaling": scaling})
+            continue
+        omega, att = rope
+        buffer = model_inv_freq(model, layer)
+        np.testing.assert_allclose(omega, buffer, rtol=1e-6)
+        out.append({"inv_freq": buffer, "attention_factor": att, "scaling": scaling})
     return out
