@@ -38,6 +38,7 @@ import os
 import platform
 import re
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -560,7 +561,11 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
     if options.threads:
         torch.set_num_threads(int(options.threads))
     what = str(options.gguf or options.model_path)
-    facts = model_facts(load_config(options, transformers))
+    config = load_config(options, transformers)
+    facts = model_facts(config)
+    cls = _model_class(config, transformers)
+    if cls is not None:
+        _check_routes_attention(cls, config, what)
     try:
         ratio = sampling.gqa_ratio(facts.n_q_heads, facts.n_kv_heads)
     except ValueError as exc:
@@ -596,7 +601,8 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
     model = load_model(options, torch, transformers)
     # the loaded model's config is the one that counts (a GGUF's is built while loading)
     facts = _same_facts(facts, model_facts(model.config), what)
-    _check_routes_attention(model, what)
+    if cls is None:
+        _check_routes_attention(type(model), model.config, what)
     attn_modules = _attention_modules(model)
     backend = attention_backend.choose(model, attn_modules)
     plan.allocate()
@@ -691,26 +697,40 @@ def _check_longrope(facts: ModelFacts, lengths: list[int], text: str) -> None:
         )
 
 
-def _check_routes_attention(model, what: str) -> None:
-    """Refuse, before any forward pass, a model whose attention does not go through AttentionInterface."""
-    can = getattr(model, "_can_set_attn_implementation", None)
+def _model_class(config, transformers):
+    """The causal-LM class transformers would load for ``config``, or None when it cannot say."""
+    try:
+        return transformers.AutoModelForCausalLM._model_mapping[type(config)]
+    except Exception:  # noqa: BLE001 - a private mapping: when it fails, the loaded model is checked instead
+        return None
+
+
+def _check_routes_attention(cls, config, what: str) -> None:
+    """Refuse a model class whose attention does not go through AttentionInterface (before loading its weights).
+
+    transformers' own test (``_can_set_attn_implementation``: does its modeling code call
+    ``ALL_ATTENTION_FUNCTIONS``) decides; the reason names ALiBi when the config says so, or, for
+    configs without such a flag (Bloom), when its attention takes an ``alibi`` argument.
+    """
+    can = getattr(cls, "_can_set_attn_implementation", None)
     try:
         routed = bool(can()) if callable(can) else True
     except Exception:  # noqa: BLE001 - transformers' own heuristic failed: let the forward pass tell
         routed = True
     if routed:
         return
-    cfg = model.config
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     flags = [getattr(cfg, "alibi", None), getattr(getattr(cfg, "attn_config", None), "alibi", None)]
-    params = set()
-    for module in _attention_modules(model).values():
-        params = set(inspect.signature(module.forward).parameters)
-        break
+    params: set[str] = set()
+    module = sys.modules.get(cls.__module__)
+    for name, obj in inspect.getmembers(module, inspect.isclass) if module is not None else ():
+        if "Attention" in name and obj.__module__ == cls.__module__ and hasattr(obj, "forward"):
+            params |= set(inspect.signature(obj.forward).parameters)
     alibi = any(f is True for f in flags) or (all(f is None for f in flags) and bool({"alibi", "position_bias"} & params))
     why = ("it adds ALiBi position biases to its attention scores (no rotary embedding), and its attention "
            if alibi else "its attention ")
     raise SniffError(
-        f"{what}: {why}does not go through transformers' AttentionInterface ({type(model).__name__} computes it in "
+        f"{what}: {why}does not go through transformers' AttentionInterface ({cls.__name__} computes it in "
         "its own code): qkdb sniff cannot read its queries and keys"
     )
 

@@ -180,7 +180,7 @@ class Recorder:
         self._union: dict[int, np.ndarray] = {}  # layer -> sorted positions any of its files keeps (this text)
         self._cos_sin: dict[int, CosSin | NotRoPE | None] = {}
         self._proj: dict[int, dict[str, object]] = {}
-        self._pre: dict[tuple[int, str], np.ndarray | None] = {}
+        self._pre: dict[tuple[int, str, int], np.ndarray | None] = {}
         self._handles = []
         self._sources: dict[int, qk_sources.LayerSources] = {}
         for layer in self.by_layer:
@@ -292,14 +292,15 @@ class Recorder:
                 for kind, states in (("q", query), ("k", key)) for head in self.by_layer[layer][kind]}
         state = self.rope.get(layer)
         if state is None:
-            state = self.rope[layer] = self._establish(module, layer, cs, rows, key)
+            state = self.rope[layer] = self._establish(layer, cs, rows, key)
         else:
             self._same_rope(layer, state, cs)
         for (kind, head), obs in rows.items():
             self._take(layer, head, kind, obs, state, cs)
+        # this layer's projections are done with: free them before the next layer runs
         self._proj.pop(layer, None)
-        for kind in ("q", "k"):
-            self._pre.pop((layer, kind), None)
+        for k in [k for k in self._pre if k[0] == layer]:
+            del self._pre[k]
 
     def _observed(self, states, layer: int, head: int, kind: str):
         """(positions, their index among the layer's kept rows, row as received, row with scalings divided out)."""
@@ -323,7 +324,7 @@ class Recorder:
             self._pre[key] = qk_sources.evaluate(self._sources[layer].variants[kind][variant], outputs, n_heads, self.d)
         return self._pre[key]
 
-    def _establish(self, module, layer: int, cs, rows: dict, key) -> LayerRope:
+    def _establish(self, layer: int, cs, rows: dict, key) -> LayerRope:
         """The layer's rotation, frequencies and amplitude, from its cos/sin and the rows of this text."""
         state = LayerRope(rotation=None, cos_sin=cs if isinstance(cs, CosSin) else None)
         if isinstance(cs, CosSin):
@@ -372,7 +373,7 @@ class Recorder:
             why = self._explain(layer, cs, kind, best[kind], rows)
         if self.check:
             raise SniffError(why + HINT)
-        state.reason = "the rows of the first text match no known layout of the layer's projection"
+        state.reason = f"on the first text, {why.split(': ', 1)[-1]}"
         return state
 
     def _same_layout(self, layer: int, rot: Rotation) -> None:
