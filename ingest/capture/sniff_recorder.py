@@ -229,7 +229,8 @@ class Recorder:
         """Rows of the union of kept positions from a tensor of one text, (n_kept, width) float32 torch."""
         t = tensor.detach()
         t = t.reshape(self.seq_len, t.shape[-1]) if t[..., 0].numel() == self.seq_len else t[0]
-        return t.float().cpu()[self.torch.as_tensor(self._union[layer])]
+        # numpy's fancy indexing of a (seq, width) view: ~100x faster than torch's for this
+        return self.torch.from_numpy(t.float().cpu().numpy()[self._union[layer]])
 
     def _pre_hook(self, layer: int):
         def grab(module, args, kwargs):
