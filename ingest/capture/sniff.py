@@ -32,11 +32,13 @@ torch and transformers are imported lazily: ``import qkdb`` works without them, 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
 import re
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -51,6 +53,10 @@ from qkdb.ingest.capture import sampling
 from qkdb.ingest.capture import texts
 from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, head_dir_name, write_head, write_metadata
 from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.capture import attention_backend
+from qkdb.ingest.capture.rope_layout import FrequencySource
+from qkdb.ingest.capture.rope_record import rope_facts
+from qkdb.ingest.capture.rope_record import summary as rope_summary
 from qkdb.ingest.capture.sniff_recorder import PositionScaling, Recorder, StopForward, check_summary
 
 ATTENTION_NAME = "qkdb_capture"
@@ -173,9 +179,13 @@ class ModelFacts:
     head_dim: int
     rope_theta: float | None
     rope_scaling: dict | None
+    # the config's NoPE layers (what each captured layer does is established from its rows, and wins)
     nope_layers: list[int] = field(default_factory=list)
-    # "rotary", or "none" for a model without rotary embeddings (e.g. GPT-2: learned absolute positions)
+    # what the config declares: "rotary", or "none" without RoPE parameters (GPT-2; also GPT-J, whose
+    # RoPE is in its code: what is recorded is what the layers do)
     rope: str = "rotary"
+    # the config's global RoPE parameters as one flat dict (provenance; longrope's threshold)
+    rope_parameters: dict = field(default_factory=dict)
     # each layer's own RoPE base and scaling, when the layers differ (Gemma3: local and global layers)
     layer_rope_theta: list[float | None] | None = None
     layer_rope_scaling: list[dict | None] | None = None
@@ -192,6 +202,7 @@ class SniffResult:
     n_vectors: int
     seconds: float
     notes: list[str] = field(default_factory=list)  # one line each, for the user (stderr)
+    rope: str = ""  # one line: the RoPE recorded (layout, frequencies' source, attention scale)
 
 
 def _is_capture_entry(p: Path) -> bool:
@@ -224,9 +235,9 @@ def _flat_rope(rp: dict) -> tuple[float | None, dict | None]:
     """(rope_theta, scaling or None) of one flat transformers RoPE dict."""
     theta = rp.get("rope_theta")
     rope_type = rp.get("rope_type", rp.get("type", "default"))
-    scaling = {k: v for k, v in rp.items() if k != "rope_theta"} if rope_type != "default" else None
-    if rp.get("partial_rotary_factor") not in (None, 1, 1.0):
-        scaling = {**(scaling or {}), "partial_rotary_factor": rp["partial_rotary_factor"]}
+    # partial rotary is not a scaling of the frequencies: the capture records it as rotary_dims
+    scaling = ({k: v for k, v in rp.items() if k not in ("rope_theta", "partial_rotary_factor")}
+               if rope_type != "default" else None)
     return (float(theta) if theta is not None else None), scaling
 
 
@@ -256,7 +267,9 @@ def model_facts(config) -> ModelFacts:
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     n_q = int(cfg.num_attention_heads)
     n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_q)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
+    # multi-head latent attention (DeepSeek-V2/V3) sets head_dim to its rotary part; attention
+    # receives qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
+    head_dim = getattr(cfg, "qk_head_dim", None) or getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
     n_layers = int(cfg.num_hidden_layers)
     rp, by_type = _rope_parameters(cfg)
     theta, scaling = _flat_rope(rp)
@@ -289,8 +302,9 @@ def model_facts(config) -> ModelFacts:
         head_dim=int(head_dim),
         rope_theta=theta,
         rope_scaling=scaling,
-        nope_layers=nope if rope == "rotary" else list(range(n_layers)),
+        nope_layers=nope,
         rope=rope,
+        rope_parameters=rp,
         layer_rope_theta=layer_theta,
         layer_rope_scaling=layer_scaling,
         position_scalings=scalings,
@@ -543,13 +557,15 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
     progress = progress or (lambda *a, **k: None)
     options.check()
     torch, transformers = _import_backend()
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import sdpa_mask
 
     if options.threads:
         torch.set_num_threads(int(options.threads))
     what = str(options.gguf or options.model_path)
-    facts = model_facts(load_config(options, transformers))
+    config = load_config(options, transformers)
+    facts = model_facts(config)
+    cls = _model_class(config, transformers)
+    if cls is not None:
+        _check_routes_attention(cls, config, what)
     try:
         ratio = sampling.gqa_ratio(facts.n_q_heads, facts.n_kv_heads)
     except ValueError as exc:
@@ -572,6 +588,7 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
     notes, error = plan.shortfall(IngestOptions().min_vectors)
     if error:
         raise SniffError(f"{options.text}: {error}")
+    _check_longrope(facts, [len(w) for w in windows], options.text)
     tokens = None
     if options.token_strings:
         tokens = {f: [] for f in files}
@@ -584,24 +601,29 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
     model = load_model(options, torch, transformers)
     # the loaded model's config is the one that counts (a GGUF's is built while loading)
     facts = _same_facts(facts, model_facts(model.config), what)
+    if cls is None:
+        _check_routes_attention(type(model), model.config, what)
+    attn_modules = _attention_modules(model)
+    backend = attention_backend.choose(model, attn_modules)
     plan.allocate()
     recorder = Recorder(
-        torch, sdpa_attention_forward, plan, nope_layers=facts.nope_layers, expects_rope=facts.rope != "none",
+        torch, backend, plan, nope_layers=facts.nope_layers,
         scalings=facts.position_scalings, remove_scalings=not options.keep_position_scaling,
-        pre_rope=options.pre_rope, check=not options.unchecked, attn_modules=_attention_modules(model),
-        dims=(facts.n_q_heads, facts.n_kv_heads, facts.head_dim),
+        pre_rope=options.pre_rope, check=not options.unchecked, attn_modules=attn_modules,
+        dims=(facts.n_q_heads, facts.n_kv_heads, facts.head_dim), frequencies=FrequencySource(model),
     )
     # one fixed name: a later capture in the same process replaces this recorder, none piles up
     transformers.AttentionInterface.register(ATTENTION_NAME, recorder)
-    # masks are built as for sdpa (sliding windows, padding); an unknown name would get no mask at all
-    transformers.AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    # masks are built as for the attention handed on to (sliding windows, padding); an unknown
+    # name would get no mask at all
+    transformers.AttentionMaskInterface.register(ATTENTION_NAME, backend.mask)
     _select_attention(model, ATTENTION_NAME)
     # the base model only: the LM head's logits (seq × vocab floats) are not needed
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
     layers = sorted({l for l, _, _ in files})
     try:
         for example_id, ids in enumerate(windows):
-            recorder.begin_text(example_id)
+            recorder.begin_text(example_id, len(ids))
             try:
                 with torch.inference_mode():
                     base(input_ids=torch.as_tensor(ids).unsqueeze(0), use_cache=False)
@@ -610,7 +632,7 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
             except SniffError:
                 raise
             except Exception as exc:
-                raise SniffError(f"the forward pass failed on text {example_id} ({_one_line(exc)})") from exc
+                raise SniffError(_forward_failed(exc, example_id, what, recorder)) from exc
             finally:
                 recorder.end_text()
             if example_id == 0:
@@ -620,16 +642,12 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
                         f"{what}: the model does not route attention through transformers' AttentionInterface "
                         f"(no capture from layers {missing[:5]}); qkdb sniff cannot read its queries and keys"
                     )
-                if facts.rope == "none" and recorder.rope_layers:
-                    raise SniffError(
-                        f"{what}: the config declares no RoPE, but layers {sorted(recorder.rope_layers)[:5]} are "
-                        "given cos/sin: qkdb sniff cannot tell what the model does"
-                    )
             progress("text", done=example_id + 1, total=len(windows))
     finally:
         recorder.close()
     check = check_summary(recorder, layers)
-    notes.extend(_check_notes(check, facts, options))
+    rope = rope_facts(recorder, facts.n_layers, facts.nope_layers, facts.rope_parameters, [len(w) for w in windows])
+    notes.extend(_check_notes(check, facts, options, rope))
 
     out = Path(options.out)
     tmp = out.parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
@@ -646,14 +664,90 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
             )
             progress("write", done=i + 1, total=len(files))
         max_position = int(max(p.max() for p in plan.positions.values())) if plan.kept else None
-        metadata = _metadata(options, facts, ratio, q_heads, windows, plan, check, max_position, transformers, torch)
+        metadata = _metadata(options, facts, ratio, q_heads, windows, plan, check, rope, max_position, transformers,
+                             torch)
         write_metadata(tmp, metadata)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SniffResult(out, metadata, q_heads, k_heads, len(windows), plan.kept * len(files),
-                       time.perf_counter() - t0, notes)
+                       time.perf_counter() - t0, notes, rope_summary(metadata))
+
+
+def _check_longrope(facts: ModelFacts, lengths: list[int], text: str) -> None:
+    """Refuse texts on both sides of longrope's switch: their queries and keys would turn at two sets of frequencies.
+
+    transformers' longrope (Phi-3) uses its ``long_factor`` for a text longer than
+    ``original_max_position_embeddings`` and its ``short_factor`` otherwise.
+    """
+    rp = facts.rope_parameters
+    if rp.get("rope_type", rp.get("type")) != "longrope" or not lengths:
+        return
+    threshold = rp.get("original_max_position_embeddings")
+    if not isinstance(threshold, int):
+        return
+    short = sum(n <= threshold for n in lengths)
+    if 0 < short < len(lengths):
+        raise SniffError(
+            f"{text}: the model's longrope uses its short factors for texts of up to {threshold} tokens "
+            f"(original_max_position_embeddings) and its long factors above; these texts are "
+            f"{_range(lengths)} tokens long ({short} short, {len(lengths) - short} long), so their RoPE frequencies "
+            f"would differ: capture texts all of up to {threshold} tokens (--max-length {threshold}) or all longer"
+        )
+
+
+def _model_class(config, transformers):
+    """The causal-LM class transformers would load for ``config``, or None when it cannot say."""
+    try:
+        return transformers.AutoModelForCausalLM._model_mapping[type(config)]
+    except Exception:  # noqa: BLE001 - a private mapping: when it fails, the loaded model is checked instead
+        return None
+
+
+def _check_routes_attention(cls, config, what: str) -> None:
+    """Refuse a model class whose attention does not go through AttentionInterface (before loading its weights).
+
+    transformers' own test (``_can_set_attn_implementation``: does its modeling code call
+    ``ALL_ATTENTION_FUNCTIONS``) decides; the reason names ALiBi when the config says so, or, for
+    configs without such a flag (Bloom), when its attention takes an ``alibi`` argument.
+    """
+    can = getattr(cls, "_can_set_attn_implementation", None)
+    try:
+        routed = bool(can()) if callable(can) else True
+    except Exception:  # noqa: BLE001 - transformers' own heuristic failed: let the forward pass tell
+        routed = True
+    if routed:
+        return
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    flags = [getattr(cfg, "alibi", None), getattr(getattr(cfg, "attn_config", None), "alibi", None)]
+    params: set[str] = set()
+    module = sys.modules.get(cls.__module__)
+    for name, obj in inspect.getmembers(module, inspect.isclass) if module is not None else ():
+        if "Attention" in name and obj.__module__ == cls.__module__ and hasattr(obj, "forward"):
+            params |= set(inspect.signature(obj.forward).parameters)
+    alibi = any(f is True for f in flags) or (all(f is None for f in flags) and bool({"alibi", "position_bias"} & params))
+    why = ("it adds ALiBi position biases to its attention scores (no rotary embedding), and its attention "
+           if alibi else "its attention ")
+    raise SniffError(
+        f"{what}: {why}does not go through transformers' AttentionInterface ({cls.__name__} computes it in "
+        "its own code): qkdb sniff cannot read its queries and keys"
+    )
+
+
+def _forward_failed(exc: BaseException, text: int, what: str, recorder) -> str:
+    """One line for a forward pass that raised inside transformers (its text only with --debug)."""
+    where = None
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if "transformers" in name:
+            where = Path(name).name
+        tb = tb.tb_next
+    place = f" in transformers' {where}" if where else ""
+    return (f"{what}: the model's forward pass failed on text {text}{place}, with qkdb sniff's "
+            f"attention function handing on to {recorder.backend.name}: qkdb sniff cannot capture this model "
+            "(--debug shows the error)")
 
 
 def _same_facts(before: ModelFacts, after: ModelFacts, what: str) -> ModelFacts:
@@ -666,9 +760,9 @@ def _same_facts(before: ModelFacts, after: ModelFacts, what: str) -> ModelFacts:
     return after
 
 
-def _check_notes(check: dict, facts: ModelFacts, options: SniffOptions) -> list[str]:
+def _check_notes(check: dict, facts: ModelFacts, options: SniffOptions, rope) -> list[str]:
     """One line per thing the user should know about what was stored."""
-    notes = []
+    notes = list(rope.notes)
     if check["method"].startswith("none"):
         notes.append("--unchecked: the stored vectors were not compared with the layers' projections "
                      "(recorded in capture.check)")
@@ -683,9 +777,12 @@ def _check_notes(check: dict, facts: ModelFacts, options: SniffOptions) -> list[
                  else "divided out of the stored vectors")
         notes.append(f"the model multiplies its {vectors} by a position-dependent factor that is not RoPE "
                      f"({s.type}: {s.FORMULAS[s.type]}): {where}; recorded in position_scaling")
-    if facts.rope == "none":
+    if rope.top["rope"] == "none":
         notes.append("the model has no rotary position embedding: recorded as rope: none, every layer as a NoPE "
                      "layer; the ingest skips its RoPE planes")
+    elif facts.rope == "none":
+        notes.append("the config declares no RoPE parameters, but the layers rotate their queries and keys "
+                     "(established from the rows): recorded as the model does it")
     return notes
 
 
@@ -693,7 +790,7 @@ def _layer_list(layers: list[int]) -> str:
     return ", ".join(map(str, layers[:8])) + (f" and {len(layers) - 8} more" if len(layers) > 8 else "")
 
 
-def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: CapturePlan, check, max_position,
+def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: CapturePlan, check, rope, max_position,
               transformers, torch) -> dict:
     from qkdb._version import version
 
@@ -702,7 +799,7 @@ def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: Capture
         else {"model_path": str(Path(options.model_path).resolve())}
     )
     hf_model, revision = _origin(options)
-    rotary = facts.rope != "none"
+    top = rope.top
     meta = {
         "model": options.model_name or _default_name(options),
         "family": options.family or default_family(facts.model_type, hf_model),
@@ -711,13 +808,21 @@ def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: Capture
         "n_kv_heads": facts.n_kv_heads,
         "gqa_ratio": ratio,
         "head_dim": facts.head_dim,
-        "rope": facts.rope,
+        "rope": top["rope"],
         "rope_theta": facts.rope_theta,
-        "rope_pairing": "half" if rotary else None,
+        "rope_pairing": top["rope_pairing"],
+        "rotary_dims": top["rotary_dims"],
+        "rotary_offset": top["rotary_offset"],
+        "rope_inv_freq": top["rope_inv_freq"],
+        "layer_rope_inv_freq": top["layer_rope_inv_freq"],
+        "rope_attention_factor": top["rope_attention_factor"],
+        "layer_rope_attention_factor": top["layer_rope_attention_factor"],
+        "attention_scale": top["attention_scale"],
+        "layer_attention_scale": top["layer_attention_scale"],
         "rope_scaling": facts.rope_scaling,
         "layer_rope_theta": facts.layer_rope_theta,
         "layer_rope_scaling": facts.layer_rope_scaling,
-        "nope_layers": facts.nope_layers,
+        "nope_layers": top["nope_layers"],
         "position_scaling": [
             s.record(removed=not options.keep_position_scaling, max_position=max_position)
             for s in facts.position_scalings
@@ -753,6 +858,8 @@ def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: Capture
             "dtype": options.dtype,
             "token_strings": options.token_strings,
             "check": check,
+            "rope": rope.rope,
+            "attention": rope.attention,
         },
     }
     if revision:

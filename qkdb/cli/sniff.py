@@ -35,7 +35,7 @@ def sniff_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the head and position samples.")] = 0,
     pre_rope: Annotated[bool, typer.Option("--pre-rope", help="Store vectors before RoPE instead of after.")] = False,
     keep_position_scaling: Annotated[bool, typer.Option("--keep-position-scaling", help="Keep position-dependent factors that are not RoPE (Ministral3's query scale) in the stored vectors instead of dividing them out; recorded either way.")] = False,
-    unchecked: Annotated[bool, typer.Option("--unchecked", help="Do not compare the stored vectors with the layers' projections (for architectures the check cannot follow); recorded in the metadata.")] = False,
+    unchecked: Annotated[bool, typer.Option("--unchecked", help="Do not compare the stored vectors with the layers' projections (for architectures the check cannot follow); recorded in the metadata. The RoPE layout is still recorded where the first text's rows establish it, and left null where they do not.")] = False,
     dtype: Annotated[Dtype, typer.Option("--dtype", help="Stored vector type.")] = Dtype.float32,
     tokens: Annotated[bool, typer.Option("--tokens", help="Also store each vector's token (token_str column).")] = False,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name recorded for ingest (default: from the file or folder name).", show_default=False)] = None,
@@ -76,6 +76,7 @@ def sniff_command(
     meta = result.metadata
     for line in result.notes:
         note(f"note: {line}")
+    note(result.rope)
     note(
         f"sniffed {meta['model']}: {len(result.query_heads)} query heads and {len(result.key_heads)} key heads, "
         f"{result.n_vectors} vectors from {result.n_texts} texts in {result.seconds:.0f}s into {result.out}"

@@ -1,11 +1,17 @@
 """``qkdb sniff`` on a tiny random model of every architecture family, against an independent recomputation.
 
-For each family (Llama, Llama 3 frequency scaling, Qwen3's q/k norms, Mistral's and Ministral's
-sliding windows, Ministral3's YaRN and llama-4 query scale, SmolLM3's NoPE layers, Gemma3's local
-and global RoPE, GPT-2 without RoPE) every stored row must equal the recomputation of
-``tests/tiny_models.py`` (float64 numpy from the eager model's attention inputs), and the metadata
-must say what was captured. A real architecture whose queries carry a position factor qkdb does not
-know (Llama 4's temperature tuning) must be refused. Models are built at test time: no downloads.
+For each family of :data:`helpers.tiny_models.FAMILY_SPECS` — Llama, Llama 3 frequency scaling,
+Qwen2 with YaRN, Qwen3's and OLMo-2's q/k norms, Mistral's and Ministral's sliding windows, Mixtral,
+Ministral3's YaRN and llama-4 query scale, SmolLM3's NoPE layers, Gemma-2's softcapping and
+query_pre_attn_scalar, Gemma-3's local and global RoPE, GPT-2 without RoPE, the partial rotary of
+GPT-NeoX/Pythia, Persimmon, Phi and StableLM, Phi-3's longrope, the interleaved RoPE of GPT-J,
+Cohere (with and without q/k norm) and GLM, DeepSeek-V2/V3's multi-head latent attention — every
+stored row must equal the recomputation of ``tests/helpers/tiny_models.py`` (float64 numpy from
+the eager model's attention inputs, with the layout a reader of the family's modeling code knows),
+and the recorded pairing, rotated dims, offset, frequencies, amplitude and attention scale must be
+the model's own (its rotary module's ``inv_freq`` to 1e-6). Falcon, Bloom and MPT are refused in
+one line. A real architecture whose queries carry a position factor qkdb does not know (Llama 4's
+temperature tuning) must be refused. Models are built at test time: no downloads.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ pytestmark = pytest.mark.sniff
 
 from helpers import tiny_models as tm  # noqa: E402
 
-from qkdb.errors import SniffError  # noqa: E402
+from qkdb.errors import EXIT_CODES, SniffError  # noqa: E402
 from qkdb.ingest.capture import texts  # noqa: E402
 from qkdb.ingest.sources.layout import discover, read_head, read_metadata  # noqa: E402
 
@@ -61,7 +67,7 @@ def references(model_of, corpus):
     def get(family: str):
         if family not in cache:
             folder = model_of(family)
-            cache[family] = tm.reference(folder, tm.windows(folder, corpus, N_TEXTS, MAX_LENGTH))
+            cache[family] = tm.reference(folder, tm.windows(folder, corpus, N_TEXTS, MAX_LENGTH), family)
         return cache[family]
 
     return get
@@ -83,7 +89,7 @@ def _compare(out, ref, expected) -> int:
     for table, kind in ((found.queries, "q"), (found.keys, "k")):
         for (layer, head), hf in table.items():
             data = read_head(hf.path)
-            assert data.vectors.shape == (PER_FILE, tm.HEAD_DIM)
+            assert data.vectors.shape == (PER_FILE, ref[0][layer]["q"].shape[-1])
             for ex in range(N_TEXTS):
                 rows = data.example_id == ex
                 pos = data.positions[rows].astype(int)
@@ -109,50 +115,90 @@ def _as_attention_sees(r, kind, head, pos):
     return v * r["scale"][pos][:, None] if kind == "q" else v
 
 
-# family -> facts its qkdb_dataset.json must record
+# family -> facts its qkdb_dataset.json must record besides the RoPE layout (FAMILY_SPECS)
 EXPECT = {
-    "llama": dict(family="llama", rope="rotary", nope_layers=[], windows=[None, None, None]),
-    "llama3": dict(family="llama", rope="rotary", nope_layers=[], windows=[None, None, None], scaling="llama3"),
-    "qwen3": dict(family="Qwen3", rope="rotary", nope_layers=[], windows=[None, None, None]),
-    "mistral": dict(family="Mistral", rope="rotary", nope_layers=[], windows=[12, 12, 12]),
-    "ministral": dict(family="ministral", rope="rotary", nope_layers=[], windows=[12, None, 12]),
-    "ministral3": dict(family="Ministral3", rope="rotary", nope_layers=[], windows=[None, None, None], scaling="yarn"),
-    "smollm3": dict(family="SmolLM3", rope="rotary", nope_layers=[1], windows=[None, None, None]),
-    "gemma3": dict(family="gemma3_text", rope="rotary", nope_layers=[], windows=[12, 12, None], scaling="linear",
+    "llama": dict(family="llama"),
+    "llama3": dict(family="llama", scaling="llama3"),
+    "qwen3": dict(family="Qwen3"),
+    "mistral": dict(family="Mistral", windows=[12, 12, 12]),
+    "ministral": dict(family="ministral", windows=[12, None, 12]),
+    "ministral3": dict(family="Ministral3", scaling="yarn"),
+    "smollm3": dict(family="SmolLM3", nope_layers=[1]),
+    "gemma3": dict(family="gemma3_text", windows=[12, 12, None], scaling="linear",
                    layer_rope_theta=[100.0, 100.0, tm.THETA],
                    layer_rope_scaling=[None, None, {"rope_type": "linear", "factor": 2.0}]),
-    "gpt2": dict(family="gpt2", rope="none", nope_layers=[0, 1, 2], windows=[None, None, None]),
+    "gpt2": dict(family="gpt2", rope="none", nope_layers=[0, 1, 2], theta=None),
+    "qwen2": dict(family="qwen2", scaling="yarn"),
+    "mixtral": dict(family="mixtral"),
+    "olmo2": dict(family="olmo2"),
+    "gemma2": dict(family="gemma2", windows=[12, None, 12]),
+    "gpt_neox": dict(family="gpt_neox"),
+    "persimmon": dict(family="persimmon"),
+    "phi": dict(family="phi"),
+    "phi3": dict(family="phi3", scaling="longrope"),
+    "stablelm": dict(family="stablelm"),
+    "gptj": dict(family="gptj", theta=None),
+    "cohere": dict(family="cohere"),
+    "cohere_qk_norm": dict(family="cohere"),
+    "glm": dict(family="glm"),
+    "deepseek_v2": dict(family="deepseek_v2", scaling="yarn"),
+    "deepseek_v3": dict(family="deepseek_v3", scaling="yarn"),
 }
+CAPTURED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is None]
+REFUSED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is not None]
 
 
-@pytest.mark.parametrize("family", tm.FAMILIES)
+@pytest.mark.parametrize("family", CAPTURED)
 def test_capture_equals_the_independent_recomputation(family, model_of, references, corpus, tmp_path):
     folder = model_of(family)
     result = _sniff(folder, corpus, tmp_path / "out")
     _compare(result.out, references(family), _post_rope)
 
     meta = read_metadata(result.out)
-    want = EXPECT[family]
-    assert meta["family"] == want["family"] and meta["rope"] == want["rope"]
-    assert meta["nope_layers"] == want["nope_layers"]
+    want, spec = EXPECT[family], tm.FAMILY_SPECS[family]
+    assert meta["family"] == want["family"] and meta["rope"] == want.get("rope", "rotary")
+    assert meta["nope_layers"] == want.get("nope_layers", [])
     assert meta["layer_rope_theta"] == want.get("layer_rope_theta")
     assert meta["layer_rope_scaling"] == want.get("layer_rope_scaling")
-    scaling = meta["rope_scaling"]
-    assert (scaling or {}).get("rope_type") == want.get("scaling")
-    if family == "gpt2":
-        assert meta["rope_theta"] is None and meta["rope_pairing"] is None
-    else:
-        assert meta["rope_theta"] == tm.THETA and meta["rope_pairing"] == "half"
+    assert (meta["rope_scaling"] or {}).get("rope_type") == want.get("scaling")
+    assert "partial_rotary_factor" not in (meta["rope_scaling"] or {})  # rotary_dims says it
+    assert meta["rope_theta"] == want.get("theta", tm.THETA)
     windows = {}
     for hf in discover(result.out).queries.values():
         windows.setdefault(hf.layer, set()).update(pq.read_table(hf.path).column("sliding_window").to_pylist())
-    assert [windows[layer] for layer in range(tm.N_LAYERS)] == [{w} for w in want["windows"]]
+    assert [windows[layer] for layer in range(tm.N_LAYERS)] == [{w} for w in want.get("windows", [None] * 3)]
     check = meta["capture"]["check"]
     assert check["checked_layers"] == [0, 1, 2] and "unchecked" not in check
     assert check["max_relative_difference"] < 1e-5
     # a stable record: the folder's name, not a path of this machine
     assert meta["hf_model"] == folder.name
     assert meta["capture"]["transformers_version"]
+    _assert_rope_is_the_models(meta, spec, folder, corpus, family)
+
+
+def _assert_rope_is_the_models(meta, spec, folder, corpus, family):
+    """The recorded layout is the family's, the frequencies and scales are the model's own modules'."""
+    assert (meta["rope_pairing"], meta["rotary_dims"], meta["rotary_offset"]) == (
+        (spec.pairing, spec.r, spec.offset) if spec.pairing else (None, None, None))
+    truth = tm.rope_truth(folder, tm.windows(folder, corpus, 1, MAX_LENGTH)[0], family)
+    rope_layers = [l for l, t in enumerate(truth) if t["inv_freq"] is not None]
+    if not rope_layers:
+        assert meta["rope_inv_freq"] is None and meta["rope_attention_factor"] is None
+    else:
+        full = [l for l in rope_layers if (EXPECT[family].get("windows") or [None] * 3)[l] is None] or rope_layers
+        np.testing.assert_allclose(meta["rope_inv_freq"], truth[full[0]]["inv_freq"], rtol=1e-6, atol=0)
+        assert meta["rope_attention_factor"] == pytest.approx(truth[full[0]]["attention_factor"], rel=1e-6)
+        differ = any(not np.allclose(truth[l]["inv_freq"], truth[full[0]]["inv_freq"], rtol=1e-6) for l in rope_layers)
+        if differ:  # Gemma-3's local layers: each layer's own frequencies
+            for layer, t in enumerate(truth):
+                got = meta["layer_rope_inv_freq"][layer]
+                assert got is None if t["inv_freq"] is None else np.allclose(got, t["inv_freq"], rtol=1e-6, atol=0)
+        else:
+            assert meta["layer_rope_inv_freq"] is None
+    scale = truth[0]["scaling"]
+    if scale is not None:  # the scaling each layer's attention module passes to attention
+        assert meta["attention_scale"] == pytest.approx(scale, rel=1e-12)
+        assert meta["layer_attention_scale"] is None
 
 
 def test_ministral3_query_scale_is_divided_out_and_recorded(model_of, references, corpus, tmp_path):
@@ -181,13 +227,172 @@ def test_ministral3_scale_can_be_kept_and_is_then_recorded_as_kept(model_of, ref
     assert any("kept in the stored vectors" in n for n in result.notes)
 
 
-@pytest.mark.parametrize("family", ["ministral3", "gemma3", "smollm3", "qwen3", "gpt2"])
+@pytest.mark.parametrize("family", ["ministral3", "gemma3", "smollm3", "qwen3", "gpt2", "gpt_neox", "phi3", "gptj",
+                                    "cohere_qk_norm", "glm", "deepseek_v2", "deepseek_v3"])
 def test_pre_rope_recovers_each_layers_pre_rotation_vectors(family, model_of, references, corpus, tmp_path):
     # Ministral3: without its query scale; Gemma3: local and global layers each by their own RoPE;
-    # SmolLM3: NoPE layer as is; Qwen3: after the q/k norms; GPT-2: no RoPE to undo
+    # SmolLM3: NoPE layer as is; Qwen3: after the q/k norms; GPT-2: no RoPE to undo; partial,
+    # interleaved and MLA layouts on their own slices (DeepSeek-V3's in the [evens | odds] order
+    # its rotation works in, as the post-RoPE vectors are)
     result = _sniff(model_of(family), corpus, tmp_path / "out", pre_rope=True)
-    _compare(result.out, references(family), _pre_rope)
+    spec = tm.FAMILY_SPECS[family]
+
+    def pre(r, kind, head, pos):
+        x = r[f"pre_{kind}"][head][pos]
+        if spec.deinterleave:
+            part = x[:, spec.offset:spec.offset + spec.r]
+            x = np.concatenate([x[:, :spec.offset], part[:, 0::2], part[:, 1::2], x[:, spec.offset + spec.r:]], axis=1)
+        return x
+
+    _compare(result.out, references(family), pre)
     assert read_metadata(result.out)["capture"]["pre_rope"] is True
+
+
+@pytest.mark.parametrize("family", REFUSED)
+def test_refused_families_are_refused_in_one_line_naming_the_reason(family, model_of, corpus, tmp_path):
+    # Falcon, Bloom and MPT compute attention in their own code (Bloom, MPT and Falcon-ALiBi add ALiBi
+    # biases): refused from the config, before the weights load (here there are none); OLMo clamping
+    # q/k before RoPE: refused on the first text, no layout reproducing its rows
+    spec = tm.FAMILY_SPECS[family]
+    folder = _without_weights(model_of(family), tmp_path / "no-weights") if not family.startswith("olmo") \
+        else model_of(family)
+    with pytest.raises(SniffError, match=spec.refused) as err:
+        _sniff(folder, corpus, tmp_path / "out")
+    message = str(err.value)
+    assert "\n" not in message and "Error" not in message and "NoneType" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def _without_weights(folder, to):
+    import shutil
+
+    shutil.copytree(folder, to)
+    for f in to.glob("*.safetensors"):
+        f.unlink()
+    return to
+
+
+def test_cli_refusal_is_one_line_with_the_input_exit_code(model_of, corpus, runner, tmp_path):
+    from qkdb.cli.app import app
+    import qkdb.cli.sniff  # noqa: F401
+
+    r = runner.invoke(app, ["sniff", "--model-path", str(model_of("mpt")), "--out", str(tmp_path / "o"),
+                            "--text", str(corpus), "--texts", "1", "--max-length", "32", "-q"])
+    assert r.exit_code == EXIT_CODES["input"]
+    (line,) = [x for x in r.output.strip().splitlines() if x.startswith("error:")]
+    assert "ALiBi" in line and "AttentionInterface" in line and "Traceback" not in r.output
+
+
+def test_unchecked_records_a_layout_only_when_the_rows_establish_it(model_of, tokenizer, corpus, tmp_path):
+    # Cohere, following --unchecked: the first text's rows still establish interleaved pairs
+    meta = read_metadata(_sniff(model_of("cohere"), corpus, tmp_path / "cohere", unchecked=True).out)
+    assert (meta["rope_pairing"], meta["rotary_dims"], meta["rotary_offset"]) == ("interleaved", 16, 0)
+    assert meta["capture"]["check"]["method"].startswith("none")
+    # Llama 4: its RoPE layer's rows establish interleaved pairs (its complex cos/sin); the NoPE layer
+    # whose queries carry the unknown factor matches nothing and stays the config's NoPE layer
+    meta = read_metadata(_sniff(_build_llama4(tmp_path / "llama4", tokenizer), corpus, tmp_path / "l4",
+                                unchecked=True).out)
+    assert (meta["rope_pairing"], meta["rotary_dims"], meta["nope_layers"]) == ("interleaved", 8, [0])
+    # OLMo clamping q/k before RoPE: no layout reproduces the rows; nothing guessed, and said so
+    result = _sniff(model_of("olmo_clip"), corpus, tmp_path / "olmo", unchecked=True)
+    meta = read_metadata(result.out)
+    assert meta["rope"] == "rotary" and meta["rope_pairing"] is None and meta["rotary_dims"] == tm.HEAD_DIM
+    assert meta["rotary_offset"] == 0  # the whole head turns: the offset is known
+    assert meta["rope_inv_freq"] is not None and meta["capture"]["rope"]["layout_from"] is None
+    assert any("could not be established" in n and "no RoPE planes" in n for n in result.notes)
+
+
+def test_gemma2_softcapping_is_handed_on_and_recorded(model_of, tokenizer, references, corpus, tmp_path):
+    # the softcap changes what later layers receive: a capture that dropped it could not match
+    plain = tm.build(tmp_path / "no-softcap", "gemma2", *tokenizer, attn_logit_softcapping=None)
+    ref_plain = tm.reference(plain, tm.windows(plain, corpus, 1, MAX_LENGTH), "gemma2")
+    assert relative(ref_plain[0][2]["q"], references("gemma2")[0][2]["q"]) > 1e-2
+    assert relative(ref_plain[0][0]["q"], references("gemma2")[0][0]["q"]) < 1e-6  # same weights
+    meta = read_metadata(_sniff(model_of("gemma2"), corpus, tmp_path / "out").out)
+    assert meta["capture"]["attention"] == {
+        "implementation": "eager (modeling_gemma2)", "softcap": tm.GEMMA2_SOFTCAP,
+        "why": f"attn_logit_softcapping {tm.GEMMA2_SOFTCAP:g}: sdpa does not support softcapping"}
+    assert meta["attention_scale"] == pytest.approx(tm.GEMMA2_QUERY_PRE_ATTN_SCALAR ** -0.5, rel=1e-12)
+    assert meta["capture"]["attention"] != read_metadata(
+        _sniff(plain, corpus, tmp_path / "plain").out)["capture"]["attention"]
+
+
+def relative(a, b) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def test_mla_records_the_rope_slice_and_the_shared_rotary_key(model_of, corpus, tmp_path):
+    meta = read_metadata(_sniff(model_of("deepseek_v3"), corpus, tmp_path / "out").out)
+    rope = meta["capture"]["rope"]
+    assert rope["shared_rotary_key"]["layers"] == [0, 1, 2]
+    assert rope["layout"]["projection"]["k"].startswith("kv_b_proj")
+    assert "de-interleaved" in rope["layout"]["input_order"]
+    # the stored keys of every head carry the same rotated slice at a shared position
+    found = discover(tmp_path / "out")
+    (l, h0), (_, h1) = sorted(found.keys)[:2]
+    a, b = read_head(found.keys[(l, h0)].path), read_head(found.keys[(l, h1)].path)
+    common = sorted(set(zip(a.example_id, a.positions)) & set(zip(b.example_id, b.positions)))
+    assert common
+    ia = [list(zip(a.example_id, a.positions)).index(c) for c in common]
+    ib = [list(zip(b.example_id, b.positions)).index(c) for c in common]
+    np.testing.assert_array_equal(a.vectors[ia, 16:], b.vectors[ib, 16:])
+    assert not np.allclose(a.vectors[ia, :16], b.vectors[ib, :16])
+
+
+def test_longrope_texts_on_both_sides_of_the_switch_are_refused_before_loading(model_of, tmp_path):
+    # one short text (<= 32 tokens: short factors) and long ones (long factors)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"text": "A short one."}) + "\n" + json.dumps({"text": texts.pydoc_documents()[41]}) + "\n")
+    broken = _without_weights(model_of("phi3"), tmp_path / "phi3-no-weights")  # refused before loading weights
+    with pytest.raises(SniffError, match=r"longrope uses its short factors for texts of up to 32 tokens .*\(1 short, "
+                                         r"1 long\)"):
+        _sniff(broken, docs, tmp_path / "out", pack=False, vectors_per_head=16)
+    # all short: captured with the short factor set, and the record says which
+    result = _sniff(model_of("phi3"), docs, tmp_path / "short", pack=False, max_length=32, vectors_per_head=16)
+    meta = read_metadata(result.out)
+    assert meta["capture"]["rope"]["longrope"]["factor_set"] == "short_factor"
+    truth = tm.rope_truth(model_of("phi3"), list(range(1, 20)), "phi3")
+    np.testing.assert_allclose(meta["rope_inv_freq"], truth[0]["inv_freq"], rtol=1e-6, atol=0)
+
+
+def test_frequencies_that_change_between_texts_are_refused(tokenizer, tmp_path):
+    # dynamic NTK rescales above max_position_embeddings: a long text and a short one turn differently
+    folder = tm.build(tmp_path / "dynamic", "llama", *tokenizer,
+                      rope_parameters={"rope_type": "dynamic", "rope_theta": tm.THETA, "factor": 4.0},
+                      max_position_embeddings=24)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"text": texts.pydoc_documents()[41]}) + "\n" + json.dumps({"text": "Short text."}) + "\n")
+    with pytest.raises(SniffError, match=r"layer \d: the RoPE frequencies .* of text 1 .* differ from those of the "
+                                         r"first text"):
+        _sniff(folder, docs, tmp_path / "out", pack=False, vectors_per_head=16)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_forward_pass_is_one_line_without_the_libraries_message(tokenizer, corpus, tmp_path):
+    # GPT-2 with 16 learned positions cannot read a 64-token text: an error inside transformers
+    folder = tm.build(tmp_path / "short-gpt2", "gpt2", *tokenizer, n_positions=16)
+    with pytest.raises(SniffError) as err:
+        _sniff(folder, corpus, tmp_path / "out")
+    message = str(err.value)
+    assert "forward pass failed on text 0 in transformers' " in message and "--debug" in message
+    assert "modeling_gpt2.py" in message and "index" not in message.lower()  # not torch's "index out of range"
+    assert err.value.__cause__ is not None  # --debug shows it
+
+
+def test_rings_models_draw_circles_in_the_true_planes_only(tokenizer, corpus, tmp_path):
+    # build(rings=True): layer 0's keys at every position are one vector turned by RoPE
+    folder = tm.build(tmp_path / "rings", "gpt_neox", *tokenizer, rings=True)
+    meta = read_metadata(_sniff(folder, corpus, tmp_path / "out", vectors_per_head=60).out)
+    found = discover(tmp_path / "out")
+    keys = read_head(found.keys[min(k for k in found.keys if k[0] == 0)].path).vectors.astype(np.float64)
+    r = meta["rotary_dims"]
+    radius = np.hypot(keys[:, :r // 2], keys[:, r // 2:r])
+    assert np.all(radius.std(axis=0) < 0.02 * radius.mean(axis=0))  # circles in each true plane
+    fixed = keys[:, r:]
+    assert np.all(fixed.std(axis=0) < 0.02 * np.abs(fixed).mean())  # the unrotated dims stay put
+    # but in any other pairing the radius wanders
+    wrong = np.hypot(keys[:, 0:r:2], keys[:, 1:r:2])
+    assert np.any(wrong.std(axis=0) > 0.1 * wrong.mean(axis=0))
 
 
 def test_an_unknown_position_factor_is_refused(tmp_path, tokenizer, corpus):

@@ -1,0 +1,284 @@
+"""What rotation a layer applied, read from what the model does (``qkdb sniff``).
+
+Two things a layer shows during a forward pass establish its RoPE, without reading its code or
+trusting its config's ``model_type``:
+
+1. **The cos/sin its attention module is called with** (``position_embeddings``). They give the
+   rotated width, the frequencies and the amplitude. :func:`read_cos_sin` accepts the forms
+   transformers' models use — ``(cos, sin)`` as ``cat(f, f)`` (Llama and most others),
+   ``repeat_interleave(f, 2)`` (Cohere), one column per plane (GPT-J, which also passes them as
+   ``(sin, cos)``), or one complex tensor (DeepSeek-V2) — and tells them apart by their values
+   (which of the two is zero at position 0, which columns repeat), never by the model's name.
+2. **Which rotation of the layer's own projection output reproduces the rows attention
+   receives** (:func:`candidates`, :class:`Rotation`). The cos/sin layout alone does not say how
+   the model pairs coordinates: GLM builds ``cat(f, f)`` like Llama and then rotates interleaved
+   pairs; DeepSeek-V3 rotates interleaved pairs and writes them back as [evens | odds]. The
+   recorder tries rotate-half and interleaved pairings on the first or the last ``r`` dims and keeps
+   the one that reproduces the rows.
+
+Frequencies. The angle at position 1 of each plane is its frequency ω_j (float32 cos/sin give it
+to ~1e-7, relative, at every scale, since ``sin ω ≈ ω`` keeps relative precision); it is refined
+with the largest kept position. When one of the model's ``*inv_freq`` buffers equals that estimate
+(to 1e-5), the buffer's own values are recorded (:class:`FrequencySource`) — the frequencies as
+the model's rotary module computed them, scaling included (for longrope, the factor set of the
+text's length). Every kept position's angle must then be ``t · ω_j`` (to float32 rounding),
+and the amplitude ``sqrt(cos² + sin²)`` constant: a layer whose cos/sin are not a rotation by
+position × frequency is not a RoPE qkdb can record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PAIRINGS = ("half", "interleaved")
+
+# Frequencies read from cos/sin match a model buffer when they agree to this (relative). float32
+# cos/sin give ~1e-7; a different scaling differs by 1e-3 and more.
+SNAP_TOLERANCE = 1e-5
+# Amplitude read from cos/sin (float32) matches the rotary module's attention scaling to this.
+AMPLITUDE_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """A RoPE layout: which coordinates are paired, and where the rotated slice lies.
+
+    ``pairing`` None is no rotation. Plane j pairs, within the slice ``[offset, offset + dims)`` of
+    the vector attention receives, ``(offset + j, offset + j + dims/2)`` (``half``) or
+    ``(offset + 2j, offset + 2j + 1)`` (``interleaved``). ``deinterleave``: the slice's input
+    coordinates are reordered to [evens | odds] before a rotate-half rotation (DeepSeek-V3's
+    ``rope_interleave``): the stored vectors are in that order, and their planes are ``half``.
+    """
+
+    pairing: str | None
+    dims: int = 0
+    offset: int = 0
+    deinterleave: bool = False
+
+    def planes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first, second) coordinate of each plane, in the stored vector."""
+        j = np.arange(self.dims // 2)
+        if self.pairing == "half":
+            return self.offset + j, self.offset + j + self.dims // 2
+        return self.offset + 2 * j, self.offset + 2 * j + 1
+
+    def _reorder(self, x: np.ndarray) -> np.ndarray:
+        if not self.deinterleave:
+            return x
+        x = x.copy()
+        part = x[:, self.offset:self.offset + self.dims]
+        x[:, self.offset:self.offset + self.dims] = np.concatenate([part[:, 0::2], part[:, 1::2]], axis=1)
+        return x
+
+    def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """Rotate rows ``x`` (n, d) by per-row, per-plane ``cos``/``sin`` (n, dims/2) (which carry any amplitude)."""
+        if self.pairing is None:
+            return x
+        x = self._reorder(x)
+        i1, i2 = self.planes()
+        out = x.copy()
+        out[:, i1] = x[:, i1] * cos - x[:, i2] * sin
+        out[:, i2] = x[:, i2] * cos + x[:, i1] * sin
+        return out
+
+    def undo(self, y: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`apply` (dividing out the amplitude): the pre-rotation rows, in stored order."""
+        if self.pairing is None:
+            return y
+        i1, i2 = self.planes()
+        norm = cos * cos + sin * sin
+        out = y.copy()
+        out[:, i1] = (y[:, i1] * cos + y[:, i2] * sin) / norm
+        out[:, i2] = (y[:, i2] * cos - y[:, i1] * sin) / norm
+        return out
+
+    def same_planes(self, other: Rotation) -> bool:
+        """Whether two layouts turn the same coordinate pairs (one plane: half and interleaved coincide)."""
+        if (self.pairing is None) != (other.pairing is None):
+            return False
+        if self.pairing is None:
+            return True
+        a, b = self.planes(), other.planes()
+        return (self.deinterleave == other.deinterleave and self.dims == other.dims
+                and {tuple(p) for p in zip(*a)} == {tuple(p) for p in zip(*b)})
+
+    def describe(self) -> str:
+        if self.pairing is None:
+            return "no rotation"
+        where = f"dims {self.offset}–{self.offset + self.dims - 1}"
+        extra = ", input de-interleaved" if self.deinterleave else ""
+        return f"{self.pairing} pairing on {where}{extra}"
+
+
+NO_ROTATION = Rotation(None)
+
+
+def candidates(d: int, r: int) -> list[Rotation]:
+    """Every layout qkdb knows for ``r`` rotated dims of a ``d``-dimensional head (no rotation first)."""
+    out = [NO_ROTATION]
+    for offset in sorted({0, d - r}):
+        out += [Rotation("half", r, offset), Rotation("interleaved", r, offset), Rotation("half", r, offset, True)]
+    return out
+
+
+@dataclass
+class CosSin:
+    """A layer's cos/sin for one text, read from what its attention module was called with.
+
+    ``cos``/``sin`` (n_kept, dims/2) hold one column per plane at the kept positions (amplitude
+    included); ``omega`` (dims/2,) the frequencies they carry (rad/token); ``layout`` how the model
+    laid them out (``cat``: ``cat(f, f)``; ``repeat``: ``repeat_interleave(f, 2)``; ``planes``: one
+    column per plane; ``complex``: one complex tensor), ``swapped`` whether they came as (sin, cos).
+    """
+
+    layout: str
+    swapped: bool
+    dims: int
+    cos: np.ndarray
+    sin: np.ndarray
+    omega: np.ndarray | None
+    amplitude: float
+
+    def describe(self) -> str:
+        form = {"cat": "cat(f, f)", "repeat": "repeat_interleave(f, 2)", "planes": "one column per plane",
+                "complex": "one complex tensor (cos + i·sin)"}[self.layout]
+        return f"{form}{', given as (sin, cos)' if self.swapped else ''}"
+
+
+class NotRoPE(ValueError):
+    """The position embeddings a layer is given are not a rotation qkdb can read (one line why)."""
+
+
+def _as_rows(t, seq_len: int) -> np.ndarray:
+    """A (…, seq, w) tensor as a float64-ready numpy (seq, w) view."""
+    arr = t.detach()
+    if arr.dim() < 2 or arr.shape[-2] != seq_len or arr[..., 0, 0].numel() != 1:
+        raise NotRoPE(f"position embeddings of shape {tuple(arr.shape)} for a text of {seq_len} tokens")
+    return arr.reshape(seq_len, arr.shape[-1]).float().cpu().numpy()
+
+
+def _wrap(a: np.ndarray) -> np.ndarray:
+    return (a + np.pi) % (2.0 * np.pi) - np.pi
+
+
+def read_cos_sin(pe, kept: np.ndarray, seq_len: int) -> CosSin:
+    """Read a layer's ``position_embeddings`` at the kept positions (sorted) of a ``seq_len``-token text.
+
+    Raises
+    ------
+    NotRoPE
+        When they are not a per-position rotation: neither of the pair is zero at position 0,
+        the amplitude varies, or the angles are not position × frequency.
+    """
+    import torch
+
+    if isinstance(pe, torch.Tensor) and pe.is_complex():
+        full = pe.detach()
+        a = _as_rows(full.real, seq_len)
+        b = _as_rows(full.imag, seq_len)
+        layout, swapped = "complex", False
+    elif isinstance(pe, (tuple, list)) and len(pe) == 2 and all(isinstance(p, torch.Tensor) for p in pe):
+        a, b = _as_rows(pe[0], seq_len), _as_rows(pe[1], seq_len)
+        if a.shape != b.shape:
+            raise NotRoPE(f"position embeddings of shapes {tuple(pe[0].shape)} and {tuple(pe[1].shape)}")
+        layout = None
+        # at position 0 every angle is 0: cos is the amplitude, sin is 0
+        swapped = bool(np.all(a[0] == 0.0) and np.any(b[0] != 0.0))
+        if swapped:
+            a, b = b, a
+    else:
+        raise NotRoPE(f"position embeddings of type {type(pe).__name__}")
+    if np.any(b[0] != 0.0) or np.any(a[0] == 0.0):
+        raise NotRoPE("position embeddings that are not cos/sin of angle 0 at position 0")
+    w = a.shape[1]
+    amplitude = float(a[0, 0])
+    if not np.allclose(a[0], amplitude, rtol=1e-6, atol=0.0):
+        raise NotRoPE("cos/sin whose amplitude differs between columns")
+    rows = np.unique(np.concatenate([[0], kept, [1] if seq_len > 1 else []]).astype(np.int64))
+    c, s = a[rows].astype(np.float64), b[rows].astype(np.float64)
+    if layout is None:
+        if seq_len < 2:  # one token: no angle to tell the layouts apart; the rows decide alone
+            layout = "cat"
+        else:
+            ang = np.arctan2(s[rows == 1][0], c[rows == 1][0])
+            h = w // 2
+            if w % 2 == 0 and np.allclose(ang[:h], ang[h:], rtol=1e-6, atol=1e-12) \
+                    and np.array_equal(c[:, :h], c[:, h:]) and np.array_equal(s[:, :h], s[:, h:]):
+                layout = "cat"
+            elif w % 2 == 0 and np.allclose(ang[0::2], ang[1::2], rtol=1e-6, atol=1e-12) \
+                    and np.array_equal(c[:, 0::2], c[:, 1::2]) and np.array_equal(s[:, 0::2], s[:, 1::2]):
+                layout = "repeat"
+            else:
+                layout = "planes"
+    if layout == "cat":
+        c, s, dims = c[:, :w // 2], s[:, :w // 2], w
+    elif layout == "repeat":
+        c, s, dims = c[:, 0::2], s[:, 0::2], w
+    else:
+        dims = 2 * w
+    radius = np.sqrt(c * c + s * s)
+    if np.max(np.abs(radius - amplitude)) > 1e-5 * amplitude:
+        raise NotRoPE(f"cos/sin whose amplitude varies with position (from {radius.min():.6g} to {radius.max():.6g})")
+    omega = None
+    if seq_len > 1:
+        theta = np.arctan2(s, c)
+        omega = theta[rows == 1][0].copy()
+        # refine at the largest kept position: |T · error| stays far below π
+        t_max = int(rows[-1])
+        if t_max > 1:
+            omega = omega + _wrap(theta[-1] - t_max * omega) / t_max
+        off = np.abs(_wrap(theta - rows[:, None] * omega[None, :]))
+        allowed = 1e-5 + 1e-6 * rows[:, None] * omega[None, :]
+        if np.any(off > allowed):
+            i, j = np.unravel_index(int(np.argmax(off - allowed)), off.shape)
+            raise NotRoPE(f"cos/sin whose angle at position {int(rows[i])} is not position × frequency "
+                          f"(plane {j}: off by {off[i, j]:.3g} rad)")
+    at = np.searchsorted(rows, kept)
+    return CosSin(layout, swapped, dims, c[at], s[at], omega, amplitude)
+
+
+class FrequencySource:
+    """The model's ``*inv_freq`` buffers and ``*attention_scaling`` values, to record exact frequencies.
+
+    The buffers are read when asked (longrope and dynamic scaling rewrite them for each text's length).
+    """
+
+    def __init__(self, model) -> None:
+        self.buffers: list[tuple[str, object, str]] = []
+        self.scalings: list[tuple[str, float]] = []
+        for name, module in model.named_modules():
+            for bname, _ in module.named_buffers(recurse=False):
+                if bname.endswith("inv_freq") and "original" not in bname:
+                    self.buffers.append((f"{name}.{bname}" if name else bname, module, bname))
+            if any(m is module for _, m, _ in self.buffers):
+                for attr in dir(module):
+                    if attr.endswith("attention_scaling"):
+                        value = getattr(module, attr, None)
+                        if isinstance(value, (int, float)) and not isinstance(value, bool):
+                            self.scalings.append((f"{name}.{attr}" if name else attr, float(value)))
+
+    def frequencies(self, omega: np.ndarray) -> tuple[np.ndarray, str | None]:
+        """The buffer equal to ``omega`` (to :data:`SNAP_TOLERANCE`) and its name, else ``omega`` and None."""
+        best, best_diff = None, SNAP_TOLERANCE
+        for name, module, bname in self.buffers:
+            values = getattr(module, bname, None)
+            if values is None or values.numel() != omega.size:
+                continue
+            v = values.detach().double().cpu().numpy().ravel()
+            diff = float(np.max(np.abs(v - omega) / np.maximum(np.abs(v), 1e-300)))
+            if diff <= best_diff:
+                best, best_diff = (v, name), diff
+        return best if best is not None else (omega, None)
+
+    def amplitude(self, measured: float, frequencies_from: str | None = None) -> tuple[float, str | None]:
+        """The module's attention scaling equal to ``measured`` (float32 cos/sin), else ``measured``.
+
+        Among equal ones, the one beside the frequencies' buffer (Gemma3's ``full_attention_…``).
+        """
+        prefix = frequencies_from[:-len("inv_freq")] if frequencies_from else None
+        found = [(name, value) for name, value in self.scalings
+                 if abs(value - measured) <= AMPLITUDE_TOLERANCE * max(abs(value), 1.0)]
+        found.sort(key=lambda nv: not (prefix is not None and nv[0] == prefix + "attention_scaling"))
+        return (found[0][1], found[0][0]) if found else (measured, None)
