@@ -22,7 +22,7 @@ from pathlib import Path
 from qkdb import warehouse
 from qkdb.ingest import (
     VALUE_BOUND, HeadSelection, capture_record, collage_heads, dataset_facts, default_workers, discover, open_source,
-    read_metadata, read_saver_state, recorded_facts_notes, resolve_spec, rope_layout, run_groups, spec_notes,
+    read_metadata, read_saver_state, recorded_facts_notes, resolve_spec, plane_layout, run_groups, spec_notes,
     tune_ingest_process,
 )
 from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
@@ -98,8 +98,8 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     recorded = dataset_facts(metadata, state)
     spec = resolve_spec(name, recorded, **options.facts())
     warehouse.store.check_model_name(spec.model)
-    spec = rope_layout.reconcile_options(spec, options, metadata)
-    rope_notes = rope_layout.check_rope(spec, options)
+    spec = plane_layout.reconcile_options(spec, options, metadata)
+    rope_notes = plane_layout.check_rope(spec, options)
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the planning and warehouse work below.
     tune_ingest_process(workers)
@@ -577,7 +577,7 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         if (value := getattr(spec, name)) is not None
     }
     planes = head_dim and job.options.complement
-    layouts = rope_layout.layout_columns(rope_layout.model_layouts(spec, head_dim)) if planes else {}
+    layouts = plane_layout.layout_columns(plane_layout.model_layouts(spec, head_dim)) if planes else {}
     for name in ("rope_inv_freq", "layer_rope_inv_freq"):
         if layouts.get(name) is not None:
             per_layer[name] = [layouts.pop(name)]

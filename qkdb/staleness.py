@@ -2,7 +2,7 @@
 
 A model's ``rope_planes`` (and ``rotation.omega``, the complement's frequency grid and every RoPE
 finding) follow from its RoPE layout: which dims rotate, how they pair, at which frequencies
-(:mod:`qkdb.ingest.engine.rope_layout`). That layout can change without the data changing: the
+(:mod:`qkdb.ingest.engine.plane_layout`). That layout can change without the data changing: the
 registry gains a model's ``rope_scaling``, or a newer qkdb reads a capture's facts it used to
 ignore (an older capture's partial rotary). :func:`stale_models` compares, for every ingested model,
 the layout its planes were computed with (the ``models`` row's ``rotary_*``/``rope_*`` columns, or
@@ -43,7 +43,7 @@ class StaleModel:
 
 def used_layouts(row: dict, planes: PlanesReader) -> dict:
     """Layer -> the layout the model's planes were computed with (None: no planes for that layer)."""
-    from qkdb.ingest.engine.rope_layout import RopeLayout
+    from qkdb.ingest.engine.plane_layout import RopeLayout
 
     if row.get("rope") == "none":
         return {}
@@ -87,7 +87,7 @@ def _describe(before, after) -> str:
 
 def rope_changed(spec, row: dict, planes: PlanesReader) -> str | None:
     """What changed between the layout a model was ingested with and ``spec``'s now; None when nothing did."""
-    from qkdb.ingest.engine.rope_layout import layer_layout, same_layouts
+    from qkdb.ingest.engine.plane_layout import layer_layout, same_layouts
 
     head_dim = row.get("head_dim")
     if not head_dim:
@@ -122,7 +122,7 @@ def _metadata(row: dict) -> tuple[dict, dict]:
 
 def current_spec(row: dict, parameters: dict | None):
     """The facts an ingest of this model would use now (None when they cannot be resolved here)."""
-    from qkdb.ingest import IngestOptions, resolve_spec, rope_layout
+    from qkdb.ingest import IngestOptions, plane_layout, resolve_spec
 
     given = dict((parameters or {}).get("facts_given") or {})
     location = row.get("location")
@@ -131,7 +131,7 @@ def current_spec(row: dict, parameters: dict | None):
     try:
         metadata, recorded = _metadata(row)
         spec = resolve_spec(row["model"], recorded, **given)
-        return rope_layout.reconcile_options(spec, IngestOptions(**{k: v for k, v in given.items()
+        return plane_layout.reconcile_options(spec, IngestOptions(**{k: v for k, v in given.items()
                                                                      if k.startswith("rope_")}), metadata)
     except (QkdbError, TypeError, ValueError):
         return None

@@ -15,7 +15,7 @@ from qkdb.ingest.metrics.pca import combined_pca, qk_accuracy
 from qkdb.ingest.metrics.points import sample_points
 from qkdb.ingest.metrics.rope_planes import rope_planes, strongest_plane
 from qkdb.ingest.metrics.rotation import planar_rotation
-from qkdb.ingest.engine.rope_layout import RopeLayout
+from qkdb.ingest.engine.plane_layout import RopeLayout
 
 
 @dataclass
@@ -41,7 +41,7 @@ class HeadContext:
     collage: bool  # store complement scores in `points`
     # False for a model without rotary embeddings: no frequencies exist, the RoPE-plane stage is skipped
     rope_planes: bool = True
-    # The layer's RoPE layout (rope_layout.layer_layout); None: no RoPE planes for this head
+    # The layer's RoPE layout (plane_layout.layer_layout); None: no RoPE planes for this head
     rope: RopeLayout | None = None
 
 

@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from qkdb.errors import QkdbError
 from qkdb.ingest.engine.head import HeadContext, HeadRows, compute_head, prepare
-from qkdb.ingest.engine.rope_layout import RopeLayout, layer_layout
+from qkdb.ingest.engine.plane_layout import RopeLayout, layer_layout
 from qkdb.ingest.sources.layout import read_head
 from qkdb.ingest.sources.plan import HeadGroup
 from qkdb.ingest.options import IngestOptions

@@ -11,7 +11,7 @@ Planes cover the ``r`` dims RoPE turns, from ``rotary_offset`` (partial rotary t
 ``r < d``; MLA the last): the other dims are not planes. Frequencies are the model's own when a
 capture recorded them (``omega``), else ``ω_j = rope_theta^(−2j/r)`` rescaled as the model's
 ``rope_scaling`` says (:func:`rope_frequencies`), else fitted per plane. Which applies to a model is
-decided once per layer by :mod:`qkdb.ingest.engine.rope_layout`.
+decided once per layer by :mod:`qkdb.ingest.engine.plane_layout`.
 
 ``rotating`` is a definition and a significance test: the plane makes at least one turn over the
 positions (a slower drift is not rotation), and its phase depends on position (H0: independent;

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from qkdb.ingest.engine.rope_layout import RopeLayout
+from qkdb.ingest.engine.plane_layout import RopeLayout
 from qkdb.ingest.engine.head import HeadContext, KindData, compute_head, prepare
 from qkdb.ingest.sources.layout import HeadData
 from qkdb.ingest.metrics.moments import moments

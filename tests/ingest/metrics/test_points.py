@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qkdb.ingest.metrics.complement import complement_pairs
-from qkdb.ingest.engine.rope_layout import RopeLayout
+from qkdb.ingest.engine.plane_layout import RopeLayout
 from qkdb.ingest.metrics.rope_planes import rope_frequencies
 from qkdb.ingest.engine.head import HeadContext, KindData, compute_head
 from qkdb.ingest.sources.layout import HeadData

@@ -14,7 +14,7 @@ import pytest
 
 import qkdb
 from qkdb.errors import InputError
-from qkdb.ingest.engine.rope_layout import (
+from qkdb.ingest.engine.plane_layout import (
     RopeLayout, check_rope, layer_layout, model_layouts, reconcile_options, same_layouts,
 )
 from qkdb.ingest.metrics.rope_planes import rope_frequencies, rope_planes
