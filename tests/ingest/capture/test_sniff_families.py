@@ -37,15 +37,8 @@ N_TEXTS, MAX_LENGTH, PER_FILE = 2, 64, 40
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return tm.train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
-    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in texts.pydoc_documents()[40:46]))
-    return path
+def corpus(family_corpus):
+    return family_corpus
 
 
 @pytest.fixture(scope="module")
