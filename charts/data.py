@@ -181,12 +181,37 @@ class ModelInfo:
     pooled: bool
 
 
+# Within one build (a figure's, or the report's), the models as first read: a figure asks for them
+# two or three times (resolving its models, their families), and each read binds over every model's
+# files unless the connection holds a snapshot.
+_INGESTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("qkdb_ingested", default=None)
+
+
+@contextlib.contextmanager
+def one_read_of_models():
+    """Let :func:`ingested` read the models once per connection inside (nested uses share the outer one)."""
+    if _INGESTED.get() is not None:
+        yield
+        return
+    token = _INGESTED.set({})
+    try:
+        yield
+    finally:
+        _INGESTED.reset(token)
+
+
 def ingested(con: duckdb.DuckDBPyConnection) -> list[ModelInfo]:
     """Every ingested model, ordered by family and by size-aware name."""
+    memo = _INGESTED.get()
+    if memo is not None and id(con) in memo:
+        return list(memo[id(con)])
     got = rows(con, "select model, family, series, pooled from model_pool")
     infos = [ModelInfo(r["model"], r["family"], r["series"], bool(r["pooled"])) for r in got]
     order = {m: i for i, m in enumerate(natural_sorted(i.model for i in infos))}
-    return sorted(infos, key=lambda i: (i.family or "", order[i.model]))
+    infos = sorted(infos, key=lambda i: (i.family or "", order[i.model]))
+    if memo is not None:
+        memo[id(con)] = infos
+    return list(infos)
 
 
 INGEST_HINT = "ingest one first, e.g. `qkdb ingest --model llama3.2-3b` or `qkdb ingest --path DIR --model NAME`"
@@ -288,7 +313,9 @@ def parse_heads(head) -> list[tuple[int, int]] | None:
 
 
 def model_heads(con: duckdb.DuckDBPyConnection, model: str) -> list[tuple[int, int]]:
-    got = rows(con, "select layer, head from heads where model = $m order by layer, head", {"m": model})
+    # head_metrics, not heads: the report holds it in memory (warehouse.snapshot), and a query of the
+    # heads table binds over every model's file.
+    got = rows(con, "select layer, head from head_metrics where model = $m order by layer, head", {"m": model})
     return [(r["layer"], r["head"]) for r in got]
 
 

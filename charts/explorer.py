@@ -6,11 +6,15 @@ and dropdowns filter the scatter by family and by model. It is all Vega-Lite par
 spec, so it works in the offline report with no server and no request.
 
 A page cannot carry every head's points (6,900 heads × 2 kinds × 30 points is ~15 MB), so a
-deterministic sample of :data:`EXPLORER_HEADS` heads carries :data:`POINTS_PER_KIND` points per
-kind, as CSV text (a third of the size of JSON objects). They are the first heads of the scatter's
-own ``hash(model, layer, head)`` order, hence always drawn; they are outlined, and only they answer
-a click, so the detail panels are never empty (an empty panel makes Vega warn about an infinite
-extent). Both figures build the same CSV for the same models, which the report stores once.
+deterministic sample of at most :data:`EXPLORER_HEADS` heads carries :data:`POINTS_PER_KIND` points
+per kind, as CSV text (a third of the size of JSON objects). They are heads the scatter draws (its
+own ``hash(model, layer, head)`` order, :data:`~qkdb.charts.data.MAX_HEAD_ROWS` heads), taken in that
+order from the models where the drawn heads come first, as long as those models hold fewer than
+:data:`EXPLORER_SCAN_HEADS` heads: reading ``points`` costs what the models' files hold, so the cost
+stays bounded however many heads the warehouse has (on 140,000 heads, ~200 explorer heads from the
+first ~25 models). They are outlined, and only they answer a click, so the detail panels are never
+empty (an empty panel makes Vega warn about an infinite extent). Both figures build the same CSV
+for the same models, which the report stores once.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from collections.abc import Iterator, Sequence
 import altair as alt
 import duckdb
 
-from qkdb.charts.data import rows
+from qkdb.charts.data import MAX_HEAD_ROWS, rows
 from qkdb.charts.style import K_SCHEME, Q_SCHEME
 
 EXPLORER_HEADS = 600
+EXPLORER_SCAN_HEADS = 8000  # the explorer reads the points of models holding at most about this many heads
 POINTS_PER_KIND = 30
 SELECT = "head_select"
 FAMILY = "family_filter"
@@ -33,16 +38,32 @@ MODEL = "model_filter"
 ALL = "all"
 DETAIL = 210  # px, each detail panel
 
-_POINTS = """
+# The explorer's heads: the scatter's drawn heads, from the models that come first in their order
+# while those models hold fewer than $scan heads (their points files are what the next query reads).
+_HEADS = """
 with h as (
-    select model, layer, head from heads
-    where list_contains($models, model)
-    order by hash(model, layer, head)
-    limit $n
+    select model, layer, head, hash(model, layer, head) as k from head_metrics where list_contains($models, model)
+), drawn as (
+    select * from h qualify row_number() over (order by k) <= $drawn
+), m as (
+    select d.model, min(d.k) as first, any_value(t.n) as n
+    from drawn d join (select model, count(*) as n from h group by model) t using (model)
+    group by d.model
+), admitted as (
+    select model from (select model, sum(n) over (order by first, model rows unbounded preceding) - n as before from m)
+    where before < $scan
 )
+select model, layer, head from drawn where model in (select model from admitted) order by k limit $n
+"""
+
+# Their points; the models are written into the query (a literal list lets DuckDB open only their
+# files: a parameter or a join reads every model's).
+_POINTS = """
 select p.model, p.layer, p.head, p.kind, p.position, p.pc0, p.pc1, p.a, p.b
-from points p join h using (model, layer, head)
-where p.pc0 is not null and p.pc1 is not null and p.a is not null and p.b is not null
+from points p join (select unnest($layers) as layer, unnest($heads) as head, unnest($models) as model) h
+    using (model, layer, head)
+where p.model in ({models})
+  and p.pc0 is not null and p.pc1 is not null and p.a is not null and p.b is not null
 qualify row_number() over (partition by p.model, p.layer, p.head, p.kind order by hash(p.idx)) <= $per_kind
 order by p.model, p.layer, p.head, p.kind desc, p.idx
 """
@@ -74,6 +95,10 @@ def explorer(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> "Explorer
     return cache[key]
 
 
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
 def _g(x: float) -> str:
     # Three significant digits: the detail panels are ~200 px, finer values only grow the page.
     return f"{x:.3g}"
@@ -93,8 +118,15 @@ class Explorer:
     def __init__(self, con: duckdb.DuckDBPyConnection, models: Sequence[str]):
         self.models = list(models)
         index = {m: i for i, m in enumerate(self.models)}
-        got = rows(con, _POINTS, {"models": self.models, "n": EXPLORER_HEADS, "per_kind": POINTS_PER_KIND},
-                   limit=EXPLORER_HEADS * 2 * POINTS_PER_KIND)
+        heads = rows(con, _HEADS, {"models": self.models, "drawn": MAX_HEAD_ROWS, "n": EXPLORER_HEADS,
+                                   "scan": EXPLORER_SCAN_HEADS})
+        got = []
+        if heads:
+            listed = ", ".join(_sql_str(m) for m in sorted({h["model"] for h in heads}))
+            got = rows(con, _POINTS.format(models=listed), {
+                "models": [h["model"] for h in heads], "layers": [h["layer"] for h in heads],
+                "heads": [h["head"] for h in heads], "per_kind": POINTS_PER_KIND,
+            }, limit=EXPLORER_HEADS * 2 * POINTS_PER_KIND)
         self.keys = {(d["model"], d["layer"], d["head"]) for d in got}
         lines = [",".join(_FIELDS)]
         lines += [
@@ -127,6 +159,11 @@ class Explorer:
             alt.param(name=FAMILY, value=ALL, bind=alt.binding_select(options=[ALL, *families], name="family ")),
             alt.param(name=MODEL, value=ALL, bind=alt.binding_select(options=[ALL, *self.models], name="model ")),
         ]
+
+    @staticmethod
+    def family_expr() -> str:
+        """The family dropdown alone (for marks of a whole family, which no model filter applies to)."""
+        return f"({FAMILY} == '{ALL}' || datum.family == {FAMILY})"
 
     @staticmethod
     def filter_expr() -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import duckdb
 from qkdb.charts import claims, registry, scorecard, style
 from qkdb.charts.caption import text_of
-from qkdb.charts.data import ingested, resolve_models, rows, single_threaded
+from qkdb.charts.data import ingested, one_read_of_models, resolve_models, rows, single_threaded
 from qkdb.charts.explorer import shared as explorer_shared
 from qkdb.charts.report_html import (
     STATUSES,
@@ -385,6 +385,12 @@ def build_report(
     ``helper`` is a second process building a share of the figures (:mod:`qkdb.charts.report_split`);
     the page is the same, byte for byte, with or without it.
     """
+    with one_read_of_models():
+        return _build_report(con, models=models, series=series, title=title, progress=progress,
+                             findings_from=findings_from, helper=helper)
+
+
+def _build_report(con, *, models, series, title, progress, findings_from, helper) -> Report:
     from qkdb._version import version
 
     claims.check()

@@ -146,14 +146,15 @@ class Helper:
 def _child(fd: int, open_con, models, series) -> None:  # pragma: no cover - runs in the child
     code = 1
     try:
-        from qkdb.charts.data import single_threaded
+        from qkdb.charts.data import one_read_of_models, single_threaded
         from qkdb.charts.explorer import shared
         from qkdb.charts.report import _jobs, _label, make_figure
 
         con = open_con()
-        jobs = _jobs(con, models, series)
+        with one_read_of_models():
+            jobs = _jobs(con, models, series)
         labels = [_label(j) for j in jobs]
-        with shared(), single_threaded(con):
+        with shared(), single_threaded(con), one_read_of_models():
             made = {i: make_figure(con, jobs[i][0], jobs[i][1]) for i in sorted(share(labels))}
         con.close()
         payload = pickle.dumps(("made", labels, made), protocol=pickle.HIGHEST_PROTOCOL)

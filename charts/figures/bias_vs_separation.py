@@ -1,12 +1,16 @@
 """Rotation figure 07: bias strength against separation strength, pooled and per family (Simpson's paradox).
 
-Source: view ``head_metrics`` (per head). Pearson r is computed in SQL over every selected head
-(before any sampling): pooled and within each family, as the ``bias_separation`` view's overall
-and family rows. The first panel pools every head, coloured by family, with each family's
-least-squares line, the pooled line (dashed) and the family means (diamonds): the between-family
-offset that makes the pooled trend differ from the within-family ones is visible there. Then a
-panel per family. All panels share both axes, so a point sits at the same place in each. With
-``interactive=True`` (the report) a click on a head shows its points (:mod:`qkdb.charts.explorer`).
+Source: view ``head_metrics`` (per head), read once. Every number is computed in SQL over every
+selected head, before any sampling: Pearson r pooled and within each family (as the
+``bias_separation`` view's overall and family rows), the family means, the least-squares lines
+(``regr_slope``, ``regr_intercept``, drawn over the family's whole range of bias) and the axes'
+extent. The points are every head up to :data:`~qkdb.charts.data.MAX_HEAD_ROWS`, past that a
+deterministic sample of that many (``hash(model, layer, head)`` order), which the subtitle says.
+The first panel pools every head, coloured by family, with each family's line, the pooled line
+(dashed) and the family means (diamonds): the between-family offset that makes the pooled trend
+differ from the within-family ones is visible there. Then a panel per family. All panels share
+both axes, so a point sits at the same place in each. With ``interactive=True`` (the report) a
+click on a head shows its points (:mod:`qkdb.charts.explorer`).
 """
 
 from __future__ import annotations
@@ -28,20 +32,25 @@ _HEADS = """
     where list_contains($models, model) and bias_strength is not null and separation_strength is not null
 """
 
+# One pass over the heads: the drawn heads (part 0), then the statistics of every family and of
+# all heads (part 1; family NULL), from all of them.
 _SQL = f"""
-with h as materialized ({_HEADS}), fam as (
-    select family, count(*) as n, {_R} as r from h group by family
+with h as materialized ({_HEADS}), drawn as (
+    select * from h qualify row_number() over (order by hash(model, layer, head)) <= $limit
+), summary as (
+    select family, count(*) as n, {_R} as r, avg(x) as mean_x, avg(y) as mean_y,
+           regr_slope(y, x) as slope, regr_intercept(y, x) as intercept,
+           min(x) as min_x, max(x) as max_x, min(y) as min_y, max(y) as max_y
+    from h group by grouping sets ((family), ())
 )
-select h.*, fam.r, fam.n
-from h join fam using (family)
-qualify row_number() over (order by hash(model, layer, head)) <= $limit
-order by model, layer, head
-"""
-
-_SUMMARY = f"""
-with h as materialized ({_HEADS})
-select family, count(*) as n, {_R} as r, avg(x) as mean_x, avg(y) as mean_y from h group by grouping sets ((family), ())
-order by family nulls first
+select 0 as part, model, family, layer, head, x, y, null::bigint as n, null::double as r, null::double as mean_x,
+       null::double as mean_y, null::double as slope, null::double as intercept, null::double as min_x,
+       null::double as max_x, null::double as min_y, null::double as max_y
+from drawn
+union all
+select 1, null, family, null, null, null, null, n, r, mean_x, mean_y, slope, intercept, min_x, max_x, min_y, max_y
+from summary
+order by part, model, layer, head, family nulls first
 """
 
 COLUMNS = 3
@@ -53,11 +62,22 @@ def panel_label(family: str, r, n) -> str:
     return f"{family}: r = {fmt_r(r)} (n = {n:,})"
 
 
-def _domain(data: list[dict], field: str) -> list[float]:
-    v = [d[field] for d in data if d[field] is not None]
-    lo, hi = (min(v), max(v)) if v else (0.0, 1.0)
+def _domain(lo, hi) -> list[float]:
+    lo, hi = (lo, hi) if lo is not None and hi is not None else (0.0, 1.0)
     pad = 0.03 * (hi - lo or 1.0)
     return [lo - pad, hi + pad]
+
+
+def _lines(summary: dict) -> list[dict]:
+    """Each least-squares line (a family's, and the pooled one with family None) as its two ends."""
+    out = []
+    for fam, s in summary.items():
+        if s["slope"] is None or s["intercept"] is None:
+            continue  # (one head, or no spread in bias: no line)
+        for x in (s["min_x"], s["max_x"]):
+            out.append({"family": fam, "line": "pooled" if fam is None else "family", "x": x,
+                        "y": s["intercept"] + s["slope"] * x})
+    return out
 
 
 def _tooltip():
@@ -67,13 +87,18 @@ def _tooltip():
 
 def _panels(data, fams, summary, ex: Explorer | None, n_total: int) -> tuple[list[alt.LayerChart], list[str]]:
     """The pooled panel, then one per family; with an explorer, the names of their clickable layers."""
-    x = alt.X("x:Q", title=BIAS_E3, scale=alt.Scale(domain=_domain(data, "x"), nice=False, zero=False))
-    y = alt.Y("y:Q", title="separation strength", scale=alt.Scale(domain=_domain(data, "y"), nice=False, zero=False))
+    pooled = summary.get(None, {})
+    x = alt.X("x:Q", title=BIAS_E3, scale=alt.Scale(domain=_domain(pooled.get("min_x"), pooled.get("max_x")),
+                                                    nice=False, zero=False))
+    y = alt.Y("y:Q", title="separation strength",
+              scale=alt.Scale(domain=_domain(pooled.get("min_y"), pooled.get("max_y")), nice=False, zero=False))
     color = alt.Color("family:N", scale=family_scale(fams), title="family", legend=alt.Legend(symbolOpacity=1))
     base = alt.Chart()
     if ex is not None:
         base = base.transform_filter(Explorer.filter_expr())
-    pooled = summary.get(None, {})
+    lines = alt.Chart(values(_lines(summary)))
+    if ex is not None:  # (the lines are the families': the family dropdown applies, the model one not)
+        lines = lines.transform_filter(Explorer.family_expr())
     panels, views = [], []
 
     def clickable(chart_base, i):
@@ -92,15 +117,16 @@ def _panels(data, fams, summary, ex: Explorer | None, n_total: int) -> tuple[lis
     layers = [
         base.mark_circle(size=12, opacity=0.35).encode(x=x, y=y, color=color, tooltip=_tooltip()),
         *clickable(base, 0),
-        base.transform_regression("x", "y", groupby=["family"]).mark_line(strokeWidth=2).encode(x=x, y=y, color=color),
-        base.transform_regression("x", "y").mark_line(color="#111111", strokeWidth=2.5, strokeDash=[6, 3]).encode(x=x, y=y),
+        lines.transform_filter("datum.line == 'family'").mark_line(strokeWidth=2).encode(x=x, y=y, color=color),
+        lines.transform_filter("datum.line == 'pooled'").mark_line(color="#111111", strokeWidth=2.5, strokeDash=[6, 3])
+        .encode(x=x, y=y),
         means,
     ]
     panels.append(alt.layer(*layers).properties(
         width=WIDTH, height=HEIGHT,
         title=alt.TitleParams(f"{POOLED}: r = {fmt_r(pooled.get('r'))} (n = {n_total:,})", fontSize=12, anchor="start"),
     ))
-    for i, fam in enumerate(fams, start=1):
+    for fam in fams:
         s = summary.get(fam)
         if s is None:
             continue
@@ -108,7 +134,8 @@ def _panels(data, fams, summary, ex: Explorer | None, n_total: int) -> tuple[lis
         panels.append(alt.layer(
             fb.mark_circle(size=16, opacity=0.55).encode(x=x, y=y, color=color, tooltip=_tooltip()),
             *clickable(fb, len(panels)),
-            fb.transform_regression("x", "y").mark_line(color="#111111", strokeWidth=2).encode(x=x, y=y),
+            lines.transform_filter(alt.FieldEqualPredicate(field="family", equal=fam))
+            .mark_line(color="#111111", strokeWidth=2).encode(x=x, y=y),
         ).properties(
             width=WIDTH, height=HEIGHT, title=alt.TitleParams(panel_label(fam, s["r"], s["n"]), fontSize=12, anchor="start"),
         ))
@@ -138,10 +165,10 @@ def _caption(summary: dict, n_models: int) -> list[str]:
 def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, interactive: bool = False, **opts):
     """Per-head scatter of bias ×10³ vs separation: a pooled panel, then one per family titled with its r."""
     chosen = resolve_models(con, models)
-    data = rows(con, _SQL, {"models": chosen, "limit": MAX_HEAD_ROWS})
-    for d in data:
-        d["panel"] = panel_label(d["family"], d["r"], d["n"])
-    summary = {r["family"]: r for r in rows(con, _SUMMARY, {"models": chosen})}
+    got = rows(con, _SQL, {"models": chosen, "limit": MAX_HEAD_ROWS})
+    summary = {r["family"]: r for r in got if r["part"] == 1}
+    heads_cols = ("model", "family", "layer", "head", "x", "y")
+    data = [{k: r[k] for k in heads_cols} for r in got if r["part"] == 0]
     fams = families_of(con, chosen)
     n_total = summary.get(None, {}).get("n", 0)
     ex = explorer(con, chosen) if interactive else None
@@ -150,7 +177,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
     if ex is not None:
         ex.mark(data)
     panels, views = _panels(data, fams, summary, ex, n_total)
-    shown = "every head" if len(data) == n_total else f"a sample of {len(data):,} of {n_total:,} heads (r over all)"
+    shown = ("every head" if len(data) == n_total else
+             f"{len(data):,} of {n_total:,} heads drawn, a deterministic sample (r, lines and means over all)")
     title = alt.TitleParams(
         f"Bias vs separation strength: pooled r = {fmt_r(summary.get(None, {}).get('r'))}; within each family in the panel titles",
         subtitle=[

@@ -1,6 +1,9 @@
 """PCA figure 12: phase portraits, PC0 r_q against r_k of every head, a panel per checkpoint.
 
 Source: view ``taxonomy`` (per head) of the series' checkpoints, ``params`` for the thresholds.
+Every head up to :data:`~qkdb.charts.data.MAX_HEAD_ROWS` over all panels, past that a deterministic
+sample of that many (``hash(model, layer, head)`` order), which the caption says; each panel's
+position-dominated share counts all of its checkpoint's heads.
 Points take their taxonomy category's colour (as in ``rq-vs-rk``'s categories); the
 position-dominated corners (r_q > high, |r_k| > high) are shaded and named, so the drift from a
 diffuse cloud into that corner reads off the panels in training order, and each panel's header
@@ -30,7 +33,7 @@ with t as materialized (
 ), f as (
     select model, avg((category = 'position-dominated')::int) as share_pd from t group by model
 )
-select t.*, f.share_pd
+select t.*, f.share_pd, count(*) over () as n_total
 from t join f using (model)
 qualify row_number() over (order by hash(t.model, t.layer, t.head)) <= $limit
 order by t.model, t.layer, t.head
@@ -63,6 +66,9 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     s = Series(con, series)
     high, low = taxonomy_thresholds(con)
     data = s.label(rows(con, _SQL, {"models": s.models, "limit": MAX_HEAD_ROWS}))
+    n_total = data[0]["n_total"] if data else 0
+    for d in data:
+        del d["n_total"]
     labels, share = {}, {}
     for d in data:
         share[d["checkpoint"]] = d["share_pd"]
@@ -105,7 +111,9 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     most = max(range(len(shares)), key=shares.__getitem__) if shares else 0
     return attach(
         built,
-        f"{len(data):,} heads drawn over the checkpoints of {s.name}. The position-dominated share goes "
+        (f"{len(data):,} heads drawn" if len(data) == n_total else
+         f"{len(data):,} of {n_total:,} heads drawn, a deterministic sample (the shares count them all),")
+        + f" over the checkpoints of {s.name}. The position-dominated share goes "
         f"{fmt_pct(shares[0] if shares else None)} → {fmt_pct(shares[-1] if shares else None)}"
         + (f", highest at {s.order[most]} ({fmt_pct(shares[most])})" if shares and 0 < most < len(shares) - 1 else "")
         + ".",

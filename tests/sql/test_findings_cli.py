@@ -523,6 +523,21 @@ def test_restricting_does_not_touch_the_catalog(warehouse):
         con.close()
 
 
+def test_a_snapshot_keeps_a_restriction(warehouse):
+    # The snapshot of a restricted connection holds the restricted models only, models included.
+    from qkdb.warehouse.views import restrict_models, snapshot
+
+    con = api.connect(warehouse, read_only=True)
+    try:
+        restrict_models(con, ["sim-b"])
+        snapshot(con)
+        for view in ("models", "model_pool", "head_metrics", "scoped_heads"):
+            assert con.execute(f"select distinct coalesce(source_model, model) from {view}" if view == "scoped_heads"
+                               else f"select distinct model from {view}").fetchall() == [("sim-b",)], view
+    finally:
+        con.close()
+
+
 def _rows(con, source: str) -> list[tuple]:
     # NaN != NaN: compare through repr so a stored NaN equals the view's NaN.
     return [tuple(repr(v) for v in r) for r in con.execute(f"select * from {source} order by id, scope").fetchall()]
@@ -603,7 +618,7 @@ def test_terminal_findings_fit_the_terminal(runner, warehouse):
 
 def test_a_snapshot_of_the_base_views_changes_no_view(warehouse):
     from qkdb.warehouse import snapshot
-    from qkdb.warehouse.views import SNAPSHOT_VIEWS
+    from qkdb.warehouse.views import SNAPSHOT_DERIVED, SNAPSHOT_VIEWS
 
     views = ("taxonomy_fractions", "pc_roles", "slope_ratio", "bias_separation", "series_trajectory", "findings")
     con = api.connect(warehouse, read_only=True)
@@ -614,6 +629,7 @@ def test_a_snapshot_of_the_base_views_changes_no_view(warehouse):
         kinds = dict(con.execute("select table_name, table_type from information_schema.tables "
                                  "where table_schema = 'main' and table_catalog = 'temp'").fetchall())
         assert {kinds.get(v) for v in SNAPSHOT_VIEWS} == {"LOCAL TEMPORARY"}
+        assert {kinds.get(v) for v in SNAPSHOT_DERIVED} == {"VIEW"}
         assert {v: _rows_any(con, v) for v in views} == before
     finally:
         con.close()
