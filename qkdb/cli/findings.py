@@ -18,8 +18,12 @@ FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output for
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
 
 # The terminal shows what a reader needs, one line per finding; every other format carries every column.
-TERMINAL_COLUMNS = ("id", "measured", "seed_value", "status")  # measured: value [95% interval]
-HEADERS = {"id": "id", "measured": "measured [95% interval]", "seed_value": "seed", "status": "status"}
+# measured: value [95% interval]; estimand: what the interval is about, shortened here ("models: these"
+# or "models: like these"), and the first column to go when the terminal is too narrow for it.
+TERMINAL_COLUMNS = ("id", "measured", "estimand", "seed_value", "status")
+HEADERS = {"id": "id", "measured": "measured [95% interval]", "estimand": "models", "seed_value": "seed",
+           "status": "status"}
+SHORT = {"estimand": {"these models": "these", "models like these": "like these"}}
 # Where a narrow terminal takes its columns from first (the seed's wording is in --format csv and the report).
 SHRINK_ORDER = (("seed_value", 8), ("id", 16), ("measured", 16))
 STATUS_COLOURS = {"holds": "green", "does not hold": "red", "inconclusive": "yellow", "no data": "bright_black"}
@@ -121,18 +125,27 @@ def compact_lines(rows: list[dict], width: int | None = None, colour: bool = Fal
 
     Columns are as wide as their widest cell; when the total exceeds ``width``, the columns of
     :data:`SHRINK_ORDER` give up characters in turn (down to their minimum), their cut cells
-    ending in an ellipsis. Status words are coloured when ``colour``.
+    ending in an ellipsis, and where even that would not fit, the estimand's column is left out.
+    Status words are coloured when ``colour``.
     """
-    cols = list(TERMINAL_COLUMNS)
-    cells = [[HEADERS[c] for c in cols]] + [["" if r[c] is None else str(r[c]) for c in cols] for r in rows]
-    widths = {c: max(len(line[i]) for line in cells) for i, c in enumerate(cols)}
     gap = "  "
+
+    def cell(r: dict, c: str) -> str:
+        return "" if r[c] is None else SHORT.get(c, {}).get(r[c], str(r[c]))
+
+    least = dict(SHRINK_ORDER)
+    cols = list(TERMINAL_COLUMNS)
+    narrowest = sum(least.get(c, max([len(HEADERS[c]), *(len(cell(r, c)) for r in rows)])) for c in cols)
+    if width is not None and narrowest + len(gap) * (len(cols) - 1) > width:
+        cols.remove("estimand")
+    cells = [[HEADERS[c] for c in cols]] + [[cell(r, c) for c in cols] for r in rows]
+    widths = {c: max(len(line[i]) for line in cells) for i, c in enumerate(cols)}
     if width is not None:
         over = sum(widths.values()) + len(gap) * (len(cols) - 1) - width
-        for c, least in SHRINK_ORDER:
+        for c, fewest in SHRINK_ORDER:
             if over <= 0:
                 break
-            give = min(over, max(0, widths[c] - least))
+            give = min(over, max(0, widths[c] - fewest))
             widths[c] -= give
             over -= give
 
