@@ -43,9 +43,10 @@
 -- Column y_bias: The same for y.
 -- Column n_vec: Vectors behind x when x is itself a share of vectors (a Q-vs-K accuracy: query plus key vectors), else NULL.
 with
--- Each head with its resampling unit and its finite-vector bias per metric (c * d / n, c measured by
+-- Each head with its resampling unit and its finite-vector bias per metric, c * d / n (c measured by
 -- benchmarks/calibration.py --bias on simulated heads: the largest |bias| * n / d over 256 to 4,096
--- vectors per kind at d = 32 and 64; docs/findings.md has the table).
+-- vectors per kind at d = 32 and 64, rounded up; docs/findings.md has the table). None for the
+-- taxonomy shares: a head's bias moves it across a threshold only near it.
 sh as materialized (
     select
         s.*,
@@ -56,14 +57,19 @@ sh as materialized (
 fvb as materialized (
     select
         *,
-        -0.11 * dn as b_abs_r_q_a,
+        -0.10 * dn as b_abs_r_q_a,
         -0.09 * dn as b_abs_r_k_a,
-        -0.15 * dn * abs(alpha_k) / nullif(abs(alpha_q), 0) as b_slope_ratio,
-        0.035 * dn as b_pos_var_k,
-        -0.10 * dn as b_pc0_share_q,
-        -0.15 * dn as b_pc0_share_k,
-        0.014 * dn as b_plane_var,
-        0.004 * dn as b_pc0_ev
+        -0.15 * dn * abs(alpha_k) / nullif(abs(alpha_q), 0) as b_slope_ratio,  -- (relative: 0.15 of the ratio)
+        -0.04 * dn as b_pos_var_q,
+        0.045 * dn as b_pos_var_k,
+        -0.13 * dn as b_pc0_share_q,
+        -0.24 * dn as b_pc0_share_k,
+        0.006 * dn as b_pc0_ev,
+        0.17 * dn as b_separation,
+        0.085 * dn as b_abs_mu_q,
+        -0.035 * dn as b_r_q,
+        -0.05 * dn as b_r_k,
+        0.014 * dn as b_plane_var
     from sh
 ),
 n_pooled as (select count(distinct source_model) as n from sh where scope = 'overall'),
@@ -143,17 +149,17 @@ sp as materialized (
 ),
 rows as (
     -- seed 003 --------------------------------------------------------------------------------
-    select '003.F1.pos_var_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_q as x, g, layer, est as estimand, 0 as x_min, 1 as x_max from pooled
+    select '003.F1.pos_var_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_q as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_q as x_bias from pooled
     union all by name
     select '003.F1.pos_var_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_k as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_k as x_bias from pooled
     union all by name
-    select '003.F1.q_over_k' as id, 'overall' as scope, 'ratio_of_means' as stat, m, m as c, u, pos_var_q as x, pos_var_k as y, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_k as y_bias from pooled
+    select '003.F1.q_over_k' as id, 'overall' as scope, 'ratio_of_means' as stat, m, m as c, u, pos_var_q as x, pos_var_k as y, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_q as x_bias, b_pos_var_k as y_bias from pooled
     union all by name
     select '003.F1.pc0_share_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_q as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pc0_share_q as x_bias from pooled
     union all by name
     select '003.F1.pc0_share_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_k as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pc0_share_k as x_bias from pooled
     union all by name
-    select '003.F1.' || grp || '.q' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_q as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from gh
+    select '003.F1.' || grp || '.q' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_q as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pos_var_q as x_bias from gh
     union all by name
     select '003.F1.' || grp || '.k' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_k as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pos_var_k as x_bias from gh
     union all by name
@@ -161,15 +167,15 @@ rows as (
     union all by name
     select '003.F2.accuracy' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, qk_accuracy_pc01 as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, n_q + n_k as n_vec from pooled
     union all by name
-    select '003.F2.separation' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, qk_separation_pc0 as x, g, layer, est as estimand, 0 as x_min from pooled
+    select '003.F2.separation' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, qk_separation_pc0 as x, g, layer, est as estimand, 0 as x_min, b_separation as x_bias from pooled
     union all by name
     select '003.F2.pc0_ev' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, explained_variance as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pc0_ev as x_bias from pooled
     union all by name
-    select '003.F3.pc0_r_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_k as x, g, layer, est as estimand, -1 as x_min, 1 as x_max from pooled
+    select '003.F3.pc0_r_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_k as x, g, layer, est as estimand, -1 as x_min, 1 as x_max, b_r_k as x_bias from pooled
     union all by name
-    select '003.F3.abs_mu_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(mu_q) as x, g, layer, est as estimand, 0 as x_min from pooled
+    select '003.F3.abs_mu_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(mu_q) as x, g, layer, est as estimand, 0 as x_min, b_abs_mu_q as x_bias from pooled
     union all by name
-    select '003.fig01.pc0_r_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_q as x, g, layer, est as estimand, -1 as x_min, 1 as x_max from pooled
+    select '003.fig01.pc0_r_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_q as x, g, layer, est as estimand, -1 as x_min, 1 as x_max, b_r_q as x_bias from pooled
     union all by name
     select '003.fig01.q_dominant' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, r_q as x, abs(r_k) as y, g, layer, est as estimand, -1 as x_min, 1 as x_max from pooled
     union all by name

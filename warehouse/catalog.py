@@ -159,6 +159,9 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     (home / LOCKS).mkdir(parents=True, exist_ok=True)
     from qkdb.warehouse import intervals, results
 
+    # A catalog to rebuild refreshes the findings itself: before this refresh holds their lock
+    # (inside it, the rebuild's refresh waited for the lock its own caller held, a minute).
+    ensure_catalog(home, wait=wait)
     with FileLock(str(home / LOCKS / "findings.lock"), timeout=wait):
         con = open_catalog(home, read_only=True, wait=wait)
         try:

@@ -1,20 +1,25 @@
 """Confidence intervals for the findings: small pure functions, float64, deterministic.
 
 The findings (``sql/findings.sql``) measure means, shares, medians, ratios, correlations and
-changes over attention heads. Heads of one model are not independent draws from "LLMs", so where
-a finding pools several models the resampling unit is the model (a cluster), then the head within
-it: a *two-stage* bootstrap. Within one model, heads are the unit. docs/findings.md says which
-finding uses which interval and why.
+changes over attention heads. Heads are not independent draws: query heads that share a key head
+are near-copies, heads of one layer are alike, heads of one model are not draws from "LLMs". So
+:mod:`qkdb.warehouse.intervals` resamples key-head groups within the strata of a model's layers, or
+whole models; docs/findings.md says which finding uses which interval and why.
 
-* :func:`wilson_interval` — a share of heads (score interval: sensible at 0 of n).
+* :func:`wilson_interval` — a share of heads (score interval: sensible at 0 of n), over an
+  effective number of heads when they come in groups.
 * :func:`fisher_z_interval` — a Pearson correlation over the heads of one model.
-* :func:`bootstrap_counts` — resampling multiplicities (one row per replicate) for the bootstrap;
-  :func:`weighted_mean`, :func:`weighted_median`, :func:`weighted_corr` evaluate a statistic on
-  every replicate at once.
-* :func:`expanded_levels` — the percentiles to read off the replicates: Hesterberg's *expanded
-  percentile* interval, which widens the plain percentile interval by the t-distribution's tails
-  for a small number of resampled units (the plain one covers ~80 % for 5 units, and with 2 or 3
-  models it would take their spread for certainty).
+* :func:`rao_wu_weights` — resampling weights (one row per replicate) of a stratified sample, the
+  strata held fixed and each stratum's variance unbiased (Rao and Wu's rescaling bootstrap);
+  :func:`weighted_mean`, :func:`weighted_median`, :func:`grouped_weighted_median`,
+  :func:`weighted_corr` evaluate a statistic on every replicate at once;
+  :func:`stratified_covariance` is the covariance of the resampled sums (their normal law, for
+  very many units).
+* :func:`t_levels` — the percentiles to read off the replicates: the plain percentile interval
+  widened by Student's t for the degrees of freedom of the variance (Hesterberg's *expanded
+  percentile* idea; the plain one covers ~80 % for 5 units).
+* :func:`jackknife_interval` — the jackknife over a few clusters (models) with Student's t: for two
+  to five models, where a bootstrap over them has too few distinct resamples to show their spread.
 """
 
 from __future__ import annotations

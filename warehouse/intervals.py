@@ -447,7 +447,13 @@ def _rng(*keys: str) -> np.random.Generator:
 
 
 class _Replicates:
-    """Resampled values of the findings, their weights drawn once per set of units and strata."""
+    """Resampled values of the findings, their weights drawn once per set of units and strata.
+
+    Findings come scope by scope, and those of a scope mostly rest on the same units: the weights
+    of the last few sets are kept (up to 32 MB each), not those of every set.
+    """
+
+    KEEP = 2
 
     def __init__(self) -> None:
         self._weights: dict[tuple, list[np.ndarray]] = {}
@@ -469,6 +475,8 @@ class _Replicates:
             while done < N_BOOT:
                 blocks.append(inference.rao_wu_weights(strata, min(chunk, N_BOOT - done), rng))
                 done += blocks[-1].shape[0]
+            if len(self._weights) >= self.KEEP:
+                del self._weights[next(iter(self._weights))]
             self._weights[key] = blocks
         return self._weights[key]
 
@@ -570,18 +578,25 @@ def _wilson(f: _Finding, deff: float, level: float = LEVEL) -> tuple[float, floa
 
 
 def _vector_floor(f: _Finding, units: np.ndarray | None = None, level: float = LEVEL) -> tuple[float, float] | None:
-    """For a share of vectors (a Q-vs-K accuracy): Wilson on the pooled correct / total vectors, a key-head group counted once."""
-    n_vec = f.t.get("nvec")
-    if n_vec is None:
+    """For a share of vectors (a Q-vs-K accuracy): the least uncertainty its heads and vectors carry.
+
+    Wilson's interval with each key-head group's share counted as a fraction of one success: near
+    100 % a mean is made by rare heads below it, which a sample of heads that are all at 100 % does
+    not show (nor its resamples: zero width), and of which ``n`` groups rule out no more than a
+    rate of about 3/n. It is wider than Wilson's on the pooled correct / total vectors, which the
+    finitely many vectors behind each head would give.
+    """
+    if "nvec" not in f.t:
         return None
     sel = slice(None) if units is None else units
+    nx, sx, groups = f.t["nx"][sel], f.t["sx"][sel], f.t["groups"][sel]
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(f.t["nx"][sel] > 0, f.t["sx"][sel] / np.maximum(f.t["nx"][sel], 1), 0.0)
-    total = float(n_vec[sel].sum())
-    if total <= 0:
+        share = np.where(nx > 0, sx / np.maximum(nx, 1), 0.0)
+    n = float(groups.sum())
+    if n <= 0:
         return None
-    correct = float(np.clip((share * n_vec[sel]).sum(), 0.0, total))
-    return inference.wilson_interval(correct, total, level)
+    correct = float(np.clip((share * groups).sum(), 0.0, n))
+    return inference.wilson_interval(correct, n, level)
 
 
 def _these(f: _Finding, estimate: float, reps: _Replicates) -> dict:
@@ -604,7 +619,7 @@ def _these(f: _Finding, estimate: float, reps: _Replicates) -> dict:
     floor = _vector_floor(f)
     if floor is not None:
         lo, hi = min(lo, floor[0]), max(hi, floor[1])
-        how += ", widened to the Wilson interval of the pooled correct/total vectors"
+        how += ", widened to the Wilson interval of its groups' shares of vectors"
     lo, hi, how = _widen_for_bias(f, estimate, lo, hi, how)
     lo, hi = _clip(f, lo, hi)
     return _row(f, estimate, lo, hi, how, f.n_units, N_BOOT)
@@ -672,7 +687,7 @@ def _population(f: _Finding, estimate: float, reps: _Replicates) -> dict:
     floor = _vector_floor(f)
     if floor is not None:
         lo, hi = min(lo, floor[0]), max(hi, floor[1])
-        how += ", widened to the Wilson interval of the pooled correct/total vectors"
+        how += ", widened to the Wilson interval of its groups' shares of vectors"
     lo, hi, how = _widen_for_bias(f, estimate, lo, hi, how)
     lo, hi = _clip(f, lo, hi)
     return _row(f, estimate, lo, hi, how, m, n_boot)
@@ -685,7 +700,7 @@ def _model_range(f: _Finding, estimate: float) -> dict:
     stratified standard error (linearised: the variance Rao–Wu's bootstrap estimates, without
     drawing it) times Student's t: over a model's hundreds of heads the mean is near normal, and
     the Bonferroni levels lie too far out for a percentile of 2,000 resamples. A share of vectors
-    (an accuracy) is widened to the Wilson interval of its model's pooled correct/total vectors.
+    (an accuracy) is widened to the Wilson interval of its groups' shares (:func:`_vector_floor`).
     """
     m = len(f.clusters)
     level = 1.0 - (1.0 - LEVEL) / m
@@ -731,7 +746,7 @@ def _model_range(f: _Finding, estimate: float) -> dict:
            if f.stat == "model_range_share" else
            "its mean ± t × its standard error over its key-head groups in strata of layers")
     if "nvec" in f.t and f.stat == "model_range_mean":
-        how += ", widened to the Wilson interval of its pooled correct/total vectors"
+        how += ", widened to the Wilson interval of its groups' shares of vectors"
     joint = f", jointly at 95% (Bonferroni over {m} models)" if m > 1 else ""
     lo, hi, how = _widen_for_bias(f, estimate, float(lows[keep].min()), float(highs[keep].max()),
                                   f"every model's own interval: {how}{joint}")

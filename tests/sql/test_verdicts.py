@@ -150,7 +150,7 @@ def _replace_tables(con, tables: dict) -> None:
     [
         ("002.F2.bias_negative", 0.3, 1),  # a share of heads in one model: Wilson
         ("002.F1.slope_ratio", 1.8, 1),  # a median over heads: bootstrap
-        ("002.F2.bias_negative", 0.3, 8),  # a share pooled over models that differ: two stages
+        ("002.F2.bias_negative", 0.3, 8),  # a share pooled over models that differ: the models resampled
     ],
 )
 def test_intervals_cover_planted_values(fid, truth, models):

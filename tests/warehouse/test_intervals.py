@@ -101,9 +101,9 @@ def test_what_each_interval_is_about():
     assert rows["002.lemma"][0] == "these models"
     # Fewer models than a bootstrap over them needs: the jackknife over models, with Student's t.
     few = make_connection(build_tables(models=STANDALONE[:3]))
-    r = _by_id(intervals.compute(few))[("003.F1.pos_var_q", "overall")]
+    r = _by_id(intervals.compute(few))[("003.F2.fisher", "overall")]  # (a mean without a finite-vector bias)
     assert r["ci_method"].startswith("jackknife over 3 models, t with 2 df") and r["n_units"] == 3
-    means = few.execute("select avg(pos_var_q) from heads group by model order by model").fetchall()
+    means = few.execute("select avg(fisher_pc0) from heads group by model order by model").fetchall()
     sd = float(np.std([m[0] for m in means], ddof=1))
     # (equal models: the t interval on the three models' means)
     assert r["ci_high"] - r["ci_low"] == pytest.approx(2 * 4.302653 * sd / math.sqrt(3), rel=1e-6)
@@ -128,9 +128,11 @@ def test_bounded_values_stay_in_bounds_and_a_share_of_all_heads_is_not_a_point()
     tables = _set(build_tables(models=STANDALONE[:1]), "heads", qk_accuracy_pc01=1.0, n_q=500, n_k=500)
     got = _by_id(intervals.compute(make_connection(tables)))
     acc = got[("003.F2.accuracy", "overall")]
-    lo, _ = wilson_interval(20 * 1000, 20 * 1000)  # 20 heads (each its own group) of 1,000 vectors
-    assert acc["ci_high"] == 1.0 and acc["ci_low"] == pytest.approx(lo) and acc["ci_low"] < 1.0
-    assert "correct/total vectors" in acc["ci_method"]
+    # 20 heads (each its own key head) at 100%: together they rule out no more than ~3/20 of heads
+    # below it (and far less than that of their 20,000 vectors).
+    lo, _ = wilson_interval(20, 20)
+    assert acc["ci_high"] == 1.0 and acc["ci_low"] == pytest.approx(lo) and acc["ci_low"] < wilson_interval(2e4, 2e4)[0]
+    assert "shares of vectors" in acc["ci_method"]
     positive = got[("002.F2.bias_positive", "overall")]
     assert positive["estimate"] == 1.0 and positive["ci_high"] == 1.0
     assert positive["ci_low"] == pytest.approx(wilson_interval(20, 20)[0])  # 20 heads, each its own group
