@@ -17,7 +17,7 @@ computed", has the reasons and the calibration behind them):
 * **models like these**: the population of models the pooled ones stand for. The models are
   resampled as wholes (a bootstrap over models from their sums) once there are
   :data:`MIN_MODELS` of them; fewer get the jackknife over models with Student's t, which keeps
-  its coverage where a bootstrap over two or three models cannot.
+  its coverage where a bootstrap over a few models cannot.
 
 Shares get a Wilson interval on the effective number of heads (the design effect of the groups),
 so that a share at 0 or 100% is not a point; bounded values keep their bounds; a value read off
@@ -56,9 +56,11 @@ N_BOOT = 2000  # resamples per interval: the 2.5% tail rests on 50 of them
 SEED = 17  # fixed: the same warehouse always gives the same intervals
 LEVEL = 0.95
 MIN_UNITS = 10  # key-head groups a bootstrap inside models needs: below that its percentiles are not an interval
-# Models a bootstrap over models needs; with fewer, the jackknife over models and Student's t
-# (benchmarks/calibration.py measured where the bootstrap's coverage reaches the goal).
-MIN_MODELS = 6
+# Models a bootstrap over models needs; with fewer, the jackknife over models and Student's t.
+# benchmarks/calibration.py --compare: the bootstrap over models covered 0.35-0.78 of some findings
+# with 2-4 models, its goal from about 6 for means but a correlation only 0.82 at 12; the jackknife-t
+# kept its coverage from 2 models to 24, and the two agree from 12 on (docs/findings.md).
+MIN_MODELS = 16
 # Beyond this many units, a bootstrap inside models draws the resampled sums from their normal
 # law (the exact mean and covariance of the weights' sums) instead of weights for every unit: over
 # thousands of units their sums are normal to well within the resampling noise.
@@ -578,13 +580,13 @@ def _wilson(f: _Finding, deff: float, level: float = LEVEL) -> tuple[float, floa
 
 
 def _vector_floor(f: _Finding, units: np.ndarray | None = None, level: float = LEVEL) -> tuple[float, float] | None:
-    """For a share of vectors (a Q-vs-K accuracy): the least uncertainty its heads and vectors carry.
+    """For a share of vectors (a Q-vs-K accuracy) near 0 or 100 %: the least uncertainty its heads carry.
 
-    Wilson's interval with each key-head group's share counted as a fraction of one success: near
-    100 % a mean is made by rare heads below it, which a sample of heads that are all at 100 % does
-    not show (nor its resamples: zero width), and of which ``n`` groups rule out no more than a
-    rate of about 3/n. It is wider than Wilson's on the pooled correct / total vectors, which the
-    finitely many vectors behind each head would give.
+    Wilson's interval with each key-head group's share counted as a fraction of one success, when
+    the shares add up to all or none of the groups (rounded): near 100 % a mean is made by rare heads below it, which a sample of heads
+    that are all at 100 % does not show (nor its resamples: zero width), and of which ``n`` groups
+    rule out no more than a rate of about 3/n. It is wider than Wilson's on the pooled correct /
+    total vectors, which the finitely many vectors behind each head would give.
     """
     if "nvec" not in f.t:
         return None
@@ -596,6 +598,11 @@ def _vector_floor(f: _Finding, units: np.ndarray | None = None, level: float = L
     if n <= 0:
         return None
     correct = float(np.clip((share * groups).sum(), 0.0, n))
+    # Only near the bound, where the groups' shares round to all or none: a share of vectors well
+    # inside (a ring accuracy near 50 %) has heads that vary far less than a success or a failure
+    # would, and no rare head makes its mean.
+    if round(correct) not in (0, round(n)):
+        return None
     return inference.wilson_interval(correct, n, level)
 
 

@@ -18,7 +18,7 @@ from qkdb.warehouse import intervals
 from qkdb.warehouse.inference import wilson_interval
 from qkdb.warehouse.views import restrict_models
 
-STANDALONE = [(f"m{i}", "Fam A" if i % 2 else "Fam B", None, None, None, None) for i in range(7)]
+STANDALONE = [(f"m{i:02d}", "Fam A" if i % 2 else "Fam B", None, None, None, None) for i in range(intervals.MIN_MODELS)]
 
 
 def _by_id(table: pa.Table) -> dict[tuple[str, str], dict]:
@@ -92,11 +92,13 @@ def test_what_each_interval_is_about():
     con = make_connection(build_tables(models=STANDALONE))
     got = _by_id(intervals.compute(con))
     pooled = got[("003.F1.pos_var_q", "overall")]
-    # Seven models pooled: the claim is about models like them, and the models are resampled.
-    assert pooled["n_units"] == 7 and pooled["ci_method"].startswith("bootstrap over 7 models")
+    # Enough models pooled for a bootstrap over them: the claim is about models like them, and the
+    # models are resampled.
+    m = intervals.MIN_MODELS
+    assert pooled["n_units"] == m and pooled["ci_method"].startswith(f"bootstrap over {m} models")
     rows = {r[0]: r[1:] for r in con.execute(
         "select id, estimand, n_models from findings where status <> 'no data'").fetchall()}
-    assert rows["003.F1.pos_var_q"] == ("models like these", 7)
+    assert rows["003.F1.pos_var_q"] == ("models like these", m)
     assert rows["003.F2.accuracy"][0] == "these models"  # every model's own value
     assert rows["002.lemma"][0] == "these models"
     # Fewer models than a bootstrap over them needs: the jackknife over models, with Student's t.
@@ -108,7 +110,7 @@ def test_what_each_interval_is_about():
     # (equal models: the t interval on the three models' means)
     assert r["ci_high"] - r["ci_low"] == pytest.approx(2 * 4.302653 * sd / math.sqrt(3), rel=1e-6)
     # One model: the overall finding is about that model, its key-head groups resampled.
-    restrict_models(few, ["m0"])
+    restrict_models(few, ["m00"])
     assert few.execute("select estimand from findings where id = '003.F1.pos_var_q'").fetchall()[0][0] == "these models"
     r = _by_id(intervals.compute(few))[("003.F1.pos_var_q", "overall")]
     assert r["ci_method"].startswith("bootstrap over 20 key-head groups, in strata of layers")
@@ -163,7 +165,7 @@ def test_few_vectors_widen_an_interval_towards_the_value_at_many():
 
 def test_normal_sums_stand_in_for_the_weights_over_many_units(monkeypatch):
     con = make_connection(build_tables(models=STANDALONE[:2]))
-    restrict_models(con, ["m0"])
+    restrict_models(con, ["m00"])
     exact = _by_id(intervals.compute(con))
     monkeypatch.setattr(intervals, "EXACT_UNITS", 5)
     normal = _by_id(intervals.compute(con))
