@@ -28,7 +28,8 @@ What it does (docs/benchmarks.md, "Interactive commands", shows the figures of o
      same figure's spec (written by ``qkdb chart ... -o fig.json`` beforehand) with vl-convert, as
      ``qkdb chart`` does (the issue's target is the chart against this floor);
    * ``qkdb report -o report.html`` (and the PSS of its process tree: it forks a helper);
-   * the findings' interval refresh that follows every ingest batch, ``qkdb.api.refresh_findings()``.
+   * the findings' interval refresh that follows every ingest batch, ``qkdb.api.refresh_findings()``
+     (``benchmarks/interval_refresh.py`` times the refresh alone, against an earlier commit).
 
 Needs psutil besides qkdb (the ``bench`` extra).
 """
