@@ -6,6 +6,7 @@ heads on 2 cores, cached in the user cache dir; later runs reuse them):
     python benchmarks/interval_refresh.py                       # 6,900, 27,600 and 140,000 heads
     python benchmarks/interval_refresh.py --heads 6900 27600 --reps 5
     python benchmarks/interval_refresh.py --profile --heads 27600   # where one refresh spends its time
+    python benchmarks/interval_refresh.py --parts --heads 27600 140000  # its parts, and the SQL floor
     python benchmarks/interval_refresh.py --baseline fdab040        # and an earlier qkdb's, in the same run
 
 What it does (docs/benchmarks.md, "The findings' intervals", shows the figures of one run):
@@ -19,7 +20,11 @@ What it does (docs/benchmarks.md, "The findings' intervals", shows the figures o
    ingest batch) in its own process from start to exit, alternating with the yardstick
    u = ``python -c "import duckdb; duckdb.connect().sql('select 1')"``, and prints the median wall
    time and ratio to u per size against issue 31's goals (≤ 2 s at 27,600 heads, ≤ 10 s at 140,000).
-3. With ``--baseline COMMIT``, times that commit's qkdb (its source from ``git archive``) on a copy of
+3. With ``--parts``, times one refresh's parts in one process: the rows of ``finding_inputs``
+   materialised (the SQL every interval and every finding rests on: the refresh's floor while they
+   are recomputed over all heads), the sums per resampling unit (SQL), the resampling (Python) and
+   the findings' rows; and, for scale, the same rows counted on 1 and on 2 threads.
+4. With ``--baseline COMMIT``, times that commit's qkdb (its source from ``git archive``) on a copy of
    each warehouse in the same repetitions, so that both are measured under the same load.
 """
 
@@ -170,17 +175,73 @@ def profile(home: Path) -> None:
     pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
 
 
+def parts(home: Path) -> None:
+    """One refresh's parts, timed in this process (its catalog current beforehand)."""
+    import datetime as dt
+    import tempfile
+
+    import numpy as np
+    import pyarrow as pa
+
+    from qkdb.warehouse import inference, intervals, results
+    from qkdb.warehouse.batches import to_batch
+    from qkdb.warehouse.schema import FINDING_INTERVALS
+    from qkdb.warehouse.catalog import ensure_catalog, open_catalog
+
+    ensure_catalog(home)
+    inference.t_quantile(0.025, 10.0)  # (scipy's import: not a part)
+    for threads in (1, 2):
+        con = open_catalog(home, read_only=True)
+        try:
+            con.execute(f"set threads = {threads}")
+            t0 = time.perf_counter()
+            n_rows = con.execute("select count(*) from (select * from finding_inputs)").fetchall()[0][0]
+            log(f"  finding_inputs counted on {threads} thread(s): {time.perf_counter() - t0:.2f} s ({n_rows:,} rows)")
+        finally:
+            con.close()
+    con = open_catalog(home, read_only=True)
+    try:
+        con.execute("set threads = 1")
+        marks = [time.perf_counter()]
+        intervals.snapshot_inputs(con)
+        marks.append(time.perf_counter())
+        found = intervals._read(con, None)
+        marks.append(time.perf_counter())
+        reps = intervals._Replicates()
+        with np.errstate(all="ignore"):
+            rows = [intervals._interval(f, reps) for f in found]
+        marks.append(time.perf_counter())
+        columns = {c.name: [r[c.name] for r in rows] for c in FINDING_INTERVALS.columns if c.name in intervals._ROW_COLUMNS}
+        columns.update(fingerprint=intervals._fingerprint(con), computed_at=dt.datetime.now(dt.timezone.utc))
+        intervals.install(con, pa.Table.from_batches([to_batch(FINDING_INTERVALS, columns)]))
+        with tempfile.TemporaryDirectory() as tmp:  # (the stored findings left as they are)
+            results.write_findings(con, Path(tmp))
+        marks.append(time.perf_counter())
+    finally:
+        con.close()
+    names = ("finding_inputs materialised (1 thread)", "sums per unit (SQL)", f"resampling ({len(rows)} intervals)",
+             "the findings' rows")
+    print(f"{heads_in(home):,} heads:")
+    for name, a, b in zip(names, marks, marks[1:]):
+        print(f"  {name:<42} {b - a:6.2f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", type=int, nargs="+", default=[6_900, 27_600, 140_000], help="warehouse sizes")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per size (default 3)")
     ap.add_argument("--profile", action="store_true", help="profile one refresh per size instead of timing")
+    ap.add_argument("--parts", action="store_true", help="time one refresh's parts per size (and its SQL floor)")
     ap.add_argument("--baseline", metavar="COMMIT", help="also time this commit's qkdb, on copies of the warehouses")
     args = ap.parse_args(argv)
     homes = {n: build(n) for n in args.heads}
     if args.profile:
         for home in homes.values():
             profile(home)
+        return 0
+    if args.parts:
+        for home in homes.values():
+            parts(home)
         return 0
     import shutil
     import tempfile

@@ -159,21 +159,24 @@ def rao_wu_weights(strata: np.ndarray, n_boot: int, rng: np.random.Generator) ->
     n = strata.size
     order = np.argsort(strata, kind="stable")
     _, start, size = np.unique(strata[order], return_index=True, return_counts=True)
-    W = np.ones((n_boot, n))
     multi = size >= 2
     if not multi.any():
-        return W
+        return np.ones((n_boot, n))
     draws = size[multi] - 1
     col_start = np.repeat(start[multi], draws)
     col_size = np.repeat(size[multi], draws)
     pos = col_start + np.minimum((rng.random((n_boot, int(draws.sum()))) * col_size).astype(np.int64), col_size - 1)
-    flat = (np.arange(n_boot)[:, None] * n + pos).ravel()
-    counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
-    scale = np.zeros(n)
+    # Counted straight into the units' own columns (order[pos]), one pass over n_boot × n: no
+    # reordering copy of the whole matrix (the weights are the same to the bit).
+    pos = order[pos]
+    pos += (np.arange(n_boot) * n)[:, None]
+    counts = np.bincount(pos.ravel(), minlength=n_boot * n).reshape(n_boot, n)
+    scale = np.ones(n)
     member = np.repeat(multi, size)  # (in sorted order) units of strata that resample
-    scale[member] = np.repeat(size[multi] / (size[multi] - 1.0), size[multi])
-    sorted_w = np.where(member, counts * scale, 1.0)
-    W[:, order] = sorted_w
+    scale[order[member]] = np.repeat(size[multi] / (size[multi] - 1.0), size[multi])
+    W = np.multiply(counts, scale)  # (the counts widened to float64 in the same pass)
+    if not member.all():
+        W[:, order[~member]] = 1.0  # (never drawn: a stratum of one keeps its weight)
     return W
 
 
@@ -241,12 +244,17 @@ def weighted_median(W: np.ndarray, x: np.ndarray) -> np.ndarray:
     if order.size == 0:
         return np.full(W.shape[0], np.nan)
     xs = x[order]
-    cum = np.cumsum(W[:, order], axis=1)
+    cum = W[:, order]
+    np.cumsum(cum, axis=1, out=cum)
     total = cum[:, -1]
     half = total / 2.0
     tol = 1e-9 * np.maximum(total, 1e-300)
-    i_lo = np.minimum((cum < (half - tol)[:, None]).sum(axis=1), order.size - 1)
-    i_hi = np.minimum((cum <= (half + tol)[:, None]).sum(axis=1), order.size - 1)
+    # Weights are >= 0, so every row of cum is non-decreasing (so is its float rounding): the count
+    # of its entries below a level is a binary search, not a comparison of every entry.
+    i_lo = np.array([np.searchsorted(c, v, side="left") for c, v in zip(cum, half - tol)], dtype=np.int64)
+    i_hi = np.array([np.searchsorted(c, v, side="right") for c, v in zip(cum, half + tol)], dtype=np.int64)
+    i_lo = np.minimum(i_lo, order.size - 1)
+    i_hi = np.minimum(i_hi, order.size - 1)
     exact = np.abs(np.take_along_axis(cum, i_lo[:, None], axis=1)[:, 0] - half) <= tol
     med = np.where(exact, 0.5 * (xs[i_lo] + xs[i_hi]), xs[i_lo])
     return np.where(total > 0, med, np.nan)
