@@ -232,19 +232,20 @@ def weighted_mean(W: np.ndarray, x: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def weighted_median(W: np.ndarray, x: np.ndarray) -> np.ndarray:
+def weighted_median(W: np.ndarray, x: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
     """Median of ``x`` under each row of weights ``W`` (for integer weights, the median of the resampled multiset).
 
     Like DuckDB's ``median`` (``quantile_cont(x, 0.5)``): the smallest value whose cumulative weight
     reaches half the total, averaged with the next one when it reaches exactly half (an even count).
-    NaN entries of ``x`` are left out.
+    NaN entries of ``x`` are left out. ``columns``: the column of ``W`` that weights each value
+    (``W[:, columns]`` without making that matrix first; default, one column per value).
     """
     ok = np.isfinite(x)
     order = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]
     if order.size == 0:
         return np.full(W.shape[0], np.nan)
     xs = x[order]
-    cum = W[:, order]
+    cum = W[:, order if columns is None else np.asarray(columns)[order]]
     np.cumsum(cum, axis=1, out=cum)
     total = cum[:, -1]
     half = total / 2.0

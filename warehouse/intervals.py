@@ -416,7 +416,7 @@ def _evaluate(f: _Finding, W: np.ndarray, corrected: bool = False) -> np.ndarray
         x = f.values - f.value_bias if corrected else f.values
         if f.by_model:
             return inference.grouped_weighted_median(W, x, f.cluster[f.value_unit])
-        return inference.weighted_median(W[:, f.value_unit], x)
+        return inference.weighted_median(W, x, columns=f.value_unit)
     terms = _terms(f, corrected)
     names = list(terms)
     P = W @ np.column_stack([terms[k] for k in names])

@@ -224,3 +224,12 @@ def test_the_jackknife_keeps_its_coverage_over_three_models_where_a_bootstrap_ca
     three = lambda r: _models(r, sizes=(40, 40, 40))  # noqa: E731
     assert _coverage(three, jackknife, truth, reps=300) >= 0.92
     assert _coverage(three, bootstrap, truth, reps=300) < 0.85
+
+
+def test_weighted_median_by_columns_is_the_median_of_the_gathered_weights():
+    rng = np.random.default_rng(5)
+    W = inf.rao_wu_weights(np.repeat(np.arange(6), 3), 50, rng)
+    x = np.round(rng.normal(size=40), 1)  # (ties: exact halves happen)
+    x[3] = np.nan
+    unit = rng.integers(0, W.shape[1], size=x.size)
+    assert np.array_equal(inf.weighted_median(W, x, columns=unit), inf.weighted_median(W[:, unit], x), equal_nan=True)
