@@ -175,6 +175,12 @@ def profile(home: Path) -> None:
     pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
 
 
+def peak_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def parts(home: Path) -> None:
     """One refresh's parts, timed in this process (its catalog current beforehand)."""
     import datetime as dt
@@ -202,28 +208,32 @@ def parts(home: Path) -> None:
     con = open_catalog(home, read_only=True)
     try:
         con.execute("set threads = 1")
-        marks = [time.perf_counter()]
+        marks, peaks = [time.perf_counter()], [peak_mib()]
         intervals.snapshot_inputs(con)
         marks.append(time.perf_counter())
+        peaks.append(peak_mib())
         found = intervals._read(con, None)
         marks.append(time.perf_counter())
+        peaks.append(peak_mib())
         reps = intervals._Replicates()
         with np.errstate(all="ignore"):
             rows = [intervals._interval(f, reps) for f in found]
         marks.append(time.perf_counter())
+        peaks.append(peak_mib())
         columns = {c.name: [r[c.name] for r in rows] for c in FINDING_INTERVALS.columns if c.name in intervals._ROW_COLUMNS}
         columns.update(fingerprint=intervals._fingerprint(con), computed_at=dt.datetime.now(dt.timezone.utc))
         intervals.install(con, pa.Table.from_batches([to_batch(FINDING_INTERVALS, columns)]))
         with tempfile.TemporaryDirectory() as tmp:  # (the stored findings left as they are)
             results.write_findings(con, Path(tmp))
         marks.append(time.perf_counter())
+        peaks.append(peak_mib())
     finally:
         con.close()
     names = ("finding_inputs materialised (1 thread)", "sums per unit (SQL)", f"resampling ({len(rows)} intervals)",
              "the findings' rows")
-    print(f"{heads_in(home):,} heads:")
-    for name, a, b in zip(names, marks, marks[1:]):
-        print(f"  {name:<42} {b - a:6.2f} s")
+    print(f"{heads_in(home):,} heads:{'':<32}wall    peak RSS so far")
+    for name, a, b, rss in zip(names, marks, marks[1:], peaks[1:]):
+        print(f"  {name:<42} {b - a:6.2f} s {rss:8.0f} MiB")
 
 
 def main(argv: list[str] | None = None) -> int:
