@@ -25,6 +25,7 @@ from qkdb.cli.app import app
 from qkdb.errors import EXIT_CODES, ChartError
 
 from helpers.chart_warehouse import HEAD_DIM, LAYERS, SERIES, STANDALONE, VECTORS  # noqa: F401
+from helpers.specs import nodes
 
 # SPEC §7, in its order.
 SPEC_NAMES = [
@@ -83,24 +84,13 @@ def structure(node: dict) -> dict:
     return {"mark": mark, "encoding": enc}
 
 
-def walk(node):
-    """Every dict in a spec."""
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from walk(v)
-
-
 def encodings(spec: dict, channel: str) -> list[dict]:
-    return [n["encoding"][channel] for n in walk(spec) if isinstance(n.get("encoding"), dict) and channel in n["encoding"]]
+    return [n["encoding"][channel] for n in nodes(spec) if isinstance(n.get("encoding"), dict) and channel in n["encoding"]]
 
 
 def title_texts(spec: dict) -> list[str]:
     out = []
-    for n in walk(spec):
+    for n in nodes(spec):
         t = n.get("title")
         if isinstance(t, str):
             out.append(t)
@@ -168,7 +158,7 @@ def test_spec_round_trips(name, con, specs):
     # Far below Altair's row limit by design, and no external data.
     for rows in datasets(spec).values():
         assert 0 < len(rows) <= ROW_LIMIT
-    assert not any("url" in n for n in walk(spec))
+    assert not any("url" in n for n in nodes(spec))
 
 
 INTERACTIVE = [n for n, f in registry.FIGURES.items() if f.interactive]
@@ -187,9 +177,9 @@ def test_interactive_spec_round_trips_and_renders(name, con):
     assert type(built).from_json(json.dumps(small)).to_dict() == small
     # One selection over the outlined heads' layers, and the detail panels filtered by it.
     select = next(p for p in spec["params"] if p["name"] == "head_select")
-    names = {n["name"] for n in walk(spec) if isinstance(n.get("name"), str) and "mark" in n}
+    names = {n["name"] for n in nodes(spec) if isinstance(n.get("name"), str) and "mark" in n}
     assert select["views"] and set(select["views"]) <= names
-    assert sum(1 for n in walk(spec) if n.get("filter") == {"param": "head_select", "empty": False}) >= 3
+    assert sum(1 for n in nodes(spec) if n.get("filter") == {"param": "head_select", "empty": False}) >= 3
     w, h = png_size(render.render(spec, "png", scale=1))
     assert 400 <= w <= 4000 and 250 <= h <= 4000
 
@@ -391,7 +381,7 @@ def test_heatmap_cells_without_heads_say_why(con, specs):
 
 def test_rq_vs_rk_has_taxonomy_lines_and_family_colours(specs):
     spec = specs["rq-vs-rk"]
-    calcs = [n["calculate"] for n in walk(spec) if "calculate" in n]
+    calcs = [n["calculate"] for n in nodes(spec) if "calculate" in n]
     assert "[0.3, 0.7]" in calcs and "[-0.7, -0.3, 0.3, 0.7]" in calcs
     fam = [e for e in encodings(spec, "color") if e.get("field") == "family"][0]["scale"]
     assert fam["domain"] == ["FamA", "FamB", "SmolLM3"]
@@ -441,11 +431,11 @@ def test_bias_vs_separation_shares_its_axes_and_draws_the_family_offsets(specs):
     lo, hi = json.loads(next(iter({json.dumps(e["scale"]["domain"]) for e in encodings(spec, "x") if "scale" in e})))
     assert lo <= min(r["x"] for r in rows) and max(r["x"] for r in rows) <= hi
     # The pooled panel's diamonds are the family means over every head.
-    means = [n for n in walk(spec["concat"][0]) if isinstance(n.get("mark"), dict) and n["mark"].get("shape") == "diamond"]
+    means = [n for n in nodes(spec["concat"][0]) if isinstance(n.get("mark"), dict) and n["mark"].get("shape") == "diamond"]
     assert len(means) == 1
     for fam in ("FamA", "FamB", "SmolLM3"):
         assert [r for r in rows if r["family"] == fam]
-    assert not any("resolve" in n for n in walk(spec))
+    assert not any("resolve" in n for n in nodes(spec))
 
 
 def test_collages_show_the_seeds_random_42_heads(con, specs):
@@ -551,7 +541,7 @@ def test_slope_ratio_axis_fits_the_data_and_shows_the_equal_drift_line(con, spec
     assert d0 >= min(lo, 1.0) / 1.3 and d1 <= max(hi, 1.0) * 1.3
     ticks = x["axis"]["values"]
     assert len(ticks) >= 3 and all(d0 <= t <= d1 for t in ticks) and 1 in ticks
-    assert any("equal drift" in str(n.get("encoding", {}).get("text", {}).get("value", "")) for n in walk(spec))
+    assert any("equal drift" in str(n.get("encoding", {}).get("text", {}).get("value", "")) for n in nodes(spec))
     # A narrow range gets ticks between 1 and 2, a wide one round decades.
     assert _log_ticks(1.2, 2.6) == [1.2, 1.5, 2, 2.5] and _log_ticks(0.05, 20) == [0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20]
 

@@ -24,6 +24,7 @@ from qkdb.charts.report_html import DATA_PREFIX
 from qkdb.cli.app import app
 
 from helpers.terminal import finish, spawn_qkdb
+from helpers.specs import nodes
 
 
 
@@ -356,16 +357,6 @@ def test_cross_model_scatters_link_heads_to_their_points(chart_home, page):
     assert len(csv_values) == 1
 
 
-def _walk(node):
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
-
-
 def test_report_works_offline(full_report, page):
     # No external resource at all: no script src, no stylesheet link, no image, no iframe;
     # the only URL-bearing attributes are in-page anchors.
@@ -376,7 +367,7 @@ def test_report_works_offline(full_report, page):
     # The specs carry their data inline (through the page's store): nothing to fetch.
     for spec_id in set(page.vis):
         spec = page.restored(spec_id)
-        assert not any(isinstance(n.get("data"), dict) and "url" in n["data"] for n in _walk(spec))
+        assert not any(isinstance(n.get("data"), dict) and "url" in n["data"] for n in nodes(spec))
         assert all(isinstance(v, (list, str)) and v for v in spec.get("datasets", {}).values())
         assert DATA_PREFIX not in json.dumps(spec)
 

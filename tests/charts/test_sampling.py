@@ -20,6 +20,7 @@ from qkdb.charts.caption import text_of
 from qkdb.charts.figures import bias_vs_separation, rq_vs_rk, series_phase_portraits
 
 from helpers.chart_warehouse import POOLED_MODELS, SERIES
+from helpers.specs import nodes
 
 LIMIT = 7
 
@@ -29,16 +30,6 @@ def con(chart_home):
     c = qkdb.api.connect(chart_home, read_only=True)
     yield c
     c.close()
-
-
-def _walk(node):
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
 
 
 def _heads_rows(spec: dict) -> list[dict]:
@@ -114,7 +105,7 @@ def test_bias_vs_separation_samples_its_points_and_keeps_every_statistic_exact(c
     assert [e[1] for e in pooled] == pytest.approx([intercept + slope * x_all.min(), intercept + slope * x_all.max()],
                                                     rel=1e-9)
     # The axes reach every head, drawn or not; the statistics and the caption are the unsampled figure's.
-    domain = next(e["scale"]["domain"] for n_ in _walk(spec) if isinstance(n_.get("encoding"), dict)
+    domain = next(e["scale"]["domain"] for n_ in nodes(spec) if isinstance(n_.get("encoding"), dict)
                   for ch, e in n_["encoding"].items() if ch == "x" and "scale" in e)
     assert domain[0] < x_all.min() and x_all.max() < domain[1]
     assert text_of(spec) == text_of(full)
