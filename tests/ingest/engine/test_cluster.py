@@ -438,6 +438,8 @@ def _killer(head, task: str, times: int, killed: list, stop: threading.Event) ->
     def run():
         while not stop.is_set() and len(killed) < times:
             for p in head.task_processes(task):
+                if p.pid in killed:  # killed already, still dying (a loaded machine reaps it late)
+                    continue
                 try:
                     p.kill()
                     killed.append(p.pid)
