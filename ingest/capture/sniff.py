@@ -76,8 +76,8 @@ DEFAULT_CHECK_ROWS = 64
 
 Progress = Callable[..., None]
 
-__all__ = ["ATTENTION_NAME", "DEFAULT_CHECK_ROWS", "INSTALL_HINT", "SniffOptions", "SniffResult", "prepare", "run",
-           "sniff"]
+__all__ = ["ATTENTION_NAME", "DEFAULT_CHECK_ROWS", "INSTALL_HINT", "SniffOptions", "SniffResult", "prepare",
+           "resume_options", "run", "sniff"]
 
 
 @dataclass
@@ -282,6 +282,14 @@ def _is_capture_entry(p: Path) -> bool:
     return (p.is_dir() and HEAD_DIR.match(p.name) is not None) or p.name == METADATA_FILE
 
 
+def resume_options(out: Path, **given) -> SniffOptions:
+    """The options of the partial capture of ``out`` (``--resume``), with ``given`` ones on top (checked by :func:`run`)."""
+    partial = PartialCapture(Path(out))
+    if not partial.exists:
+        raise SniffError(f"{out}: nothing to resume (no partial capture in {partial.root})", kind="not_found")
+    return SniffOptions.from_record(Path(out), partial.identity().get("options", {}), resume=True, **given)
+
+
 def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResult:
     """Run the capture described by ``options`` and write it to ``options.out``.
 
@@ -306,14 +314,21 @@ def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResul
 # --------------------------------------------------------------------------- preparing
 
 
-def prepare(options: SniffOptions) -> Prepared:
-    """Everything before the weights load: device, config, tokenizer, texts, heads, positions, identity."""
+def prepare(options: SniffOptions, plan_only: bool = False) -> Prepared:
+    """Everything before the weights load: device, config, tokenizer, texts, heads, positions, identity.
+
+    ``plan_only``: the device is not resolved (a series planned on a cluster's driver, which may
+    have no GPU; each worker resolves its own); the result then only gives the plan.
+    """
     t0 = time.perf_counter()
     torch, transformers = import_backend()
     if options.threads:
         torch.set_num_threads(int(options.threads))
-    device = devices.resolve(options.device, options.model_dtype, options.device_map, torch)
-    attention_backend.check_request(options.attn, device.type, device.dtype_name)
+    if plan_only:
+        device = devices.Device(torch, options.device, "cpu", "float32")
+    else:
+        device = devices.resolve(options.device, options.model_dtype, options.device_map, torch)
+        attention_backend.check_request(options.attn, device.type, device.dtype_name)
     like = read_like(options.like) if options.like is not None else None
     if like is not None:
         options = replace(options, **like.text_options)
