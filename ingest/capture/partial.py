@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,19 @@ import numpy as np
 from qkdb.errors import SniffError
 
 IDENTITY_FILE = "capture.json"
+
+# Seconds to stop at a point of a capture, so that the crash tests can SIGKILL it there
+# (tests/ingest/capture/test_sniff_resume.py): "rows_written:N" (text N's rows renamed into place, its
+# statistics not yet), "assembling" (the first head file of the dataset written), "published" (the
+# dataset moved to --out, the working folder not yet removed). Empty outside tests, which fill it
+# in the process they run (as warehouse/store.py's PAUSES).
+PAUSES: dict[str, float] = {}
+
+
+def pause(point: str) -> None:
+    delay = PAUSES.get(point)
+    if delay:
+        time.sleep(delay)
 
 
 def partial_folder(out: Path) -> Path:
@@ -127,6 +141,7 @@ class PartialCapture:
         """Store one text's rows and statistics; complete once this returns."""
         rows, meta = self._names(text)
         write_atomic(rows, _npy_bytes(block))
+        pause(f"rows_written:{text}")
         write_atomic(meta, json.dumps({"text": text, "rows": int(block.shape[0]), **stats}, sort_keys=True).encode())
 
     def rows(self, text: int) -> np.ndarray:
@@ -162,6 +177,7 @@ class PartialCapture:
             out.rmdir()
         os.replace(build, out)
         _fsync_dir(out.parent)
+        pause("published")
         self.remove()
 
 

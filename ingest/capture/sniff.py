@@ -57,7 +57,7 @@ from qkdb.errors import SniffError
 from qkdb.ingest.capture import attention_backend, devices, sampling, texts
 from qkdb.ingest.capture.hub_texts import DatasetRequest, HubDataset, dataset_texts
 from qkdb.ingest.capture.like import Like, check_layout, read_like
-from qkdb.ingest.capture.partial import PartialCapture, differences
+from qkdb.ingest.capture.partial import PartialCapture, differences, pause
 from qkdb.ingest.capture.plan import CapturePlan
 from qkdb.ingest.capture.rope_layout import FrequencySource
 from qkdb.ingest.capture.rope_record import rope_facts
@@ -69,7 +69,7 @@ from qkdb.ingest.capture.sniff_model import (
 )
 from qkdb.ingest.capture.sniff_recorder import Recorder, StopForward, check_summary, check_tolerance
 from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, write_head, write_metadata
+from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, read_metadata, write_head, write_metadata
 
 ATTENTION_NAME = "qkdb_capture"
 DEFAULT_CHECK_ROWS = 64
@@ -463,6 +463,13 @@ def run(prep: Prepared, progress: Progress | None = None) -> SniffResult:
         partial.start({**prep.identity, "replace_out": replace_out})
     done = partial.done(plan.n_texts)
     progress("plan", texts=plan.n_texts, query_heads=len(prep.q_heads), key_heads=len(prep.k_heads), done=done)
+    if done == plan.n_texts and _published(out, prep.identity):
+        # killed after the dataset was moved into place: only the working folder was left to remove
+        partial.remove()
+        metadata = read_metadata(out)
+        return SniffResult(out, metadata, prep.q_heads, prep.k_heads, plan.n_texts, int(plan.kept_per_file.sum()),
+                           time.perf_counter() - t0, ["the capture was already complete"], rope_summary(metadata),
+                           {"prepare": prep.seconds, "tokens": 0}, resumed_from=done)
     try:
         return _capture(prep, partial, done, replace_out, progress, t0)
     except SniffError as exc:
@@ -575,6 +582,13 @@ def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bo
                        t_end - t0, notes, rope_summary(metadata), timings, resumed_from=done)
 
 
+def _published(out: Path, identity: dict) -> bool:
+    """Whether ``out`` holds the finished capture of exactly this identity."""
+    if not (out / METADATA_FILE).is_file():
+        return False
+    return (read_metadata(out).get("capture") or {}).get("identity_sha256") == identity_sha256(identity)
+
+
 def _identity_differences(recorded: dict, now: dict) -> list[str]:
     """What differs between a partial capture's identity and this command's, one phrase each."""
     out = differences(recorded.get("options", {}), now["options"], FLAGS)
@@ -625,6 +639,8 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
             dtype=options.dtype,
         )
         progress("write", done=i + 1, total=len(plan.files))
+        if i == 0:
+            pause("assembling")
     del blocks
     positions = [p for p in plan.positions.values() if len(p)]
     max_position = int(max(p.max() for p in positions)) if positions else None

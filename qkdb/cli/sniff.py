@@ -188,9 +188,9 @@ def sniff_command(
 
 def _given(ctx: typer.Context) -> set[str]:
     """The parameters given on the command line (not left at their defaults)."""
-    from click.core import ParameterSource
-
-    return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    # (by name: typer may carry its own copy of click, whose enum is not click's)
+    names = [p.name for p in ctx.command.params if p.name]
+    return {name for name in names if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
 
 
 def _series(options, revisions: list[str], cluster: str | None, quiet: bool, push_to_hub: str | None,
