@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qkdb.errors import HubError, SniffError
+from qkdb.errors import SniffError
 
 FORMATS = (".parquet", ".jsonl")
 SPLIT_WORDS = {
@@ -218,30 +218,12 @@ class HubDataset:
     # -- the repo at a commit ---------------------------------------------------------------------
 
     def _listing(self) -> tuple[str, list[str]]:
-        """(commit sha, every file of the repo there): from the Hub, or offline from the cache's snapshot."""
-        from qkdb.ingest.sources.hub_errors import offline_now, translate
-        from qkdb.ingest.sources.hub_repo import REPO_TYPE, resolve
+        """(commit sha, every file of the repo there): listed on the Hub (and the listing kept in the cache), or
+        offline from the cache, as an ingest from the Hub lists a branch."""
+        from qkdb.ingest.sources.hub import list_files
 
-        repo, rev = self.request.repo, self.request.revision or "main"
-        if offline_now():
-            from huggingface_hub import snapshot_download
-
-            try:
-                snap = Path(snapshot_download(repo, repo_type=REPO_TYPE, revision=rev, local_files_only=True,
-                                              cache_dir=self.cache_dir))
-            except Exception:  # noqa: BLE001 - every failure is one line
-                raise HubError(f"dataset {repo} at revision {rev!r}: offline (HF_HUB_OFFLINE=1) and not in the "
-                               "Hugging Face cache; read it once online") from None
-            files = sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file() or p.is_symlink())
-            return snap.name, files
-        commit = resolve(repo, rev, endpoint=self.endpoint, token=self.token)
-        from huggingface_hub import HfApi
-
-        try:
-            files = HfApi(endpoint=self.endpoint, token=self.token).list_repo_files(
-                repo, repo_type=REPO_TYPE, revision=commit)
-        except Exception as exc:  # noqa: BLE001
-            raise translate(exc, repo, rev, self.endpoint)[0] from None
+        commit, files, _ = list_files(self.request.repo, self.request.revision or "main", endpoint=self.endpoint,
+                                      cache_dir=self.cache_dir, token=self.token)
         return commit, sorted(files)
 
     def _fetch(self, path: str) -> Path:

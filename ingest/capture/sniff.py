@@ -126,6 +126,10 @@ class SniffOptions:
     dataset_revision: str | None = None
     id_column: str | None = None
     min_tokens: int = 1
+    # where the dataset is read from (default: HF_ENDPOINT and the Hugging Face cache; a Hub model is
+    # read by transformers, which follows HF_ENDPOINT)
+    hub_endpoint: str | None = None
+    hub_cache: Path | None = None
     # pairing and resuming
     like: Path | None = None
     resume: bool = False
@@ -219,7 +223,7 @@ class SniffOptions:
 
 
 # fields that do not change what a capture holds
-NOT_IDENTITY = ("out", "force", "threads", "resume", "deferred")
+NOT_IDENTITY = ("out", "force", "threads", "resume", "deferred", "hub_endpoint", "hub_cache")
 # field -> how the command line names it
 FLAGS = {
     "model_path": "--model-path", "gguf": "--gguf", "text": "--text", "text_field": "--text-field",
@@ -404,7 +408,8 @@ def _texts(options: SniffOptions, tokenizer, bos, eos) -> tuple[list, np.ndarray
     if options.dataset is not None:
         request = DatasetRequest(options.dataset, options.dataset_config, options.dataset_split,
                                  options.dataset_revision, options.text_field, options.id_column)
-        found = dataset_texts(HubDataset(request), encode, options.max_length, bos_id=bos,
+        dataset = HubDataset(request, endpoint=options.hub_endpoint, cache_dir=options.hub_cache)
+        found = dataset_texts(dataset, encode, options.max_length, bos_id=bos,
                               min_tokens=options.min_tokens, limit=options.n_texts)
         windows, example_ids = found.windows, found.example_ids
         record = dict(found.record)

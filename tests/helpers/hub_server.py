@@ -720,3 +720,49 @@ def _tree_entries(commit: Commit, sub: str, recursive: bool) -> list[dict] | Non
         if recursive or "/" not in d[len(prefix) :]:
             out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "path": d})
     return sorted(out, key=lambda e: e["path"])
+
+
+# --------------------------------------------------------------------------------------------------
+# text datasets for `qkdb sniff --dataset`: parquet and jsonl data files laid out as on the Hub
+# --------------------------------------------------------------------------------------------------
+
+
+def parquet_bytes(columns: dict[str, list], row_group_size: int = 3) -> bytes:
+    """One parquet file of ``columns`` (name -> values), in row groups of ``row_group_size`` rows."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table(columns), buf, row_group_size=row_group_size)
+    return buf.getvalue()
+
+
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def parquet_shards(columns: dict[str, list], shards: int, split: str = "train", folder: str = "data") -> dict[str, bytes]:
+    """``columns`` cut into ``shards`` parquet files named as the Hub names them:
+    ``{folder}/{split}-0000i-of-0000n.parquet`` (rows in order across the shards)."""
+    n = len(next(iter(columns.values())))
+    bounds = [round(i * n / shards) for i in range(shards + 1)]
+    return {
+        f"{folder}/{split}-{i:05d}-of-{shards:05d}.parquet":
+            parquet_bytes({k: v[bounds[i]:bounds[i + 1]] for k, v in columns.items()})
+        for i in range(shards)
+    }
+
+
+def dataset_card(configs: list[dict]) -> bytes:
+    """A dataset card (``README.md``) whose YAML header declares ``configs`` (config_name, data_files), as the Hub's."""
+    lines = ["---", "configs:"]
+    for c in configs:
+        lines.append(f"- config_name: {c['config_name']}")
+        lines.append("  data_files:")
+        for split, path in c["data_files"].items():
+            lines.append(f"  - split: {split}")
+            lines.append(f"    path: {path}")
+    lines += ["---", "", "# A text dataset", ""]
+    return "\n".join(lines).encode()
