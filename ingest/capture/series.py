@@ -54,6 +54,10 @@ def revision_folder(revision: str) -> str:
 
 def series_options(options: SniffOptions, revisions: list[str]) -> list[SniffOptions]:
     """One capture's options per revision (its own folder and model name)."""
+    if options.model_ref().hub_id is None:
+        what = options.gguf if options.gguf is not None else options.model_path
+        raise SniffError(f"several --revision are checkpoints of a Hub model (owner/name); {what} is a local file or "
+                         "folder, which holds one", kind="usage")
     if len(set(revisions)) != len(revisions):
         dup = sorted({r for r in revisions if revisions.count(r) > 1})
         raise SniffError(f"--revision {dup[0]} is given twice", kind="usage")
@@ -96,14 +100,13 @@ def sniff_series(options: SniffOptions, revisions: list[str], *, cluster: str | 
     """Capture every revision (see the module doc); yield each revision's outcome as soon as it is known."""
     progress = progress or (lambda *a, **k: None)
     runs = series_options(options, revisions)
-    for o in runs:
-        o.check()
     preps = plan_series(runs)
     todo = []
     for o, p in zip(runs, preps):
         if _complete(o, p.identity["plan_sha256"]):
             yield RevisionOutcome(str(o.model_revision), Path(o.out), metadata=read_metadata(o.out), skipped=True)
         else:
+            o.check()  # (its folder: empty, its own partial capture, or --force)
             todo.append((o, p))
     if cluster is None:
         for o, _ in todo:

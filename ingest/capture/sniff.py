@@ -64,8 +64,8 @@ from qkdb.ingest.capture.rope_record import rope_facts
 from qkdb.ingest.capture.rope_record import summary as rope_summary
 from qkdb.ingest.capture.sniff_model import (
     INSTALL_HINT, ModelFacts, ModelRef, attention_modules, check_longrope, check_routes_attention, default_family,
-    default_name, forward_failed, import_backend, input_device, load_config, load_model, load_tokenizer, model_class,
-    model_facts, origin, same_facts, select_attention, tokenizer_specials,
+    default_name, forward_failed, hub_commit, import_backend, input_device, load_config, load_model, load_tokenizer,
+    model_class, model_facts, origin, same_facts, select_attention, tokenizer_specials,
 )
 from qkdb.ingest.capture.sniff_recorder import Recorder, StopForward, check_summary, check_tolerance
 from qkdb.ingest.options import IngestOptions
@@ -709,7 +709,7 @@ def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, reco
     if ref.gguf is not None:
         weights = {"gguf_file": Path(ref.gguf).name}
     elif ref.hub_id is not None:
-        weights = {"hub_model": ref.hub_id, "model_commit": getattr(model.config, "_commit_hash", None)}
+        weights = {"hub_model": ref.hub_id, "model_commit": hub_commit(ref)}
     else:
         weights = {"model_path": str(Path(ref.model_path).resolve())}
     hf_model, revision = origin(ref, options.hf_model)

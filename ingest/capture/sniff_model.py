@@ -359,6 +359,19 @@ def load_model(ref: ModelRef, device, transformers):
     return model
 
 
+def hub_commit(ref: ModelRef) -> str | None:
+    """The commit a Hub model's revision resolved to (read from the Hugging Face cache, where its files are)."""
+    if ref.hub_id is None:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    path = try_to_load_from_cache(ref.hub_id, "config.json", revision=ref.revision or "main")
+    if not isinstance(path, str):
+        return None
+    parts = Path(path).parts
+    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
+
+
 def input_device(model):
     """Where the token ids go: the input embedding's device (with a device map, not necessarily the first GPU)."""
     emb = model.get_input_embeddings()
