@@ -21,7 +21,7 @@ pytestmark = pytest.mark.sniff
 from helpers import tiny_models as tm  # noqa: E402
 
 from qkdb.errors import EXIT_CODES, SniffError  # noqa: E402
-from qkdb.ingest.sources.layout import discover, read_head, read_metadata  # noqa: E402
+from qkdb.ingest.sources.layout import discover, read_head  # noqa: E402
 
 N_TEXTS, MAX_LENGTH, PER_FILE = 2, 64, 40
 LAYOUT = ("rope", "rope_pairing", "rotary_dims", "rotary_offset", "nope_layers", "attention_scale",
