@@ -78,7 +78,7 @@ def test_half_precision_captures_record_the_same_rope_and_the_models_rows(family
         assert 0 < err < 1e-3
     # the stored rows are exactly what attention received in that dtype: caught here by an attention
     # function of the test's own, on the model run by transformers alone
-    seen = _attention_inputs(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH), dtype,
+    seen = tm.attention_inputs(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH), dtype,
                              eager=family == "gemma2")
     stored = _vectors(half.out)
     for (layer, head, kind), data in stored.items():
@@ -91,37 +91,6 @@ def test_half_precision_captures_record_the_same_rope_and_the_models_rows(family
     for f, data in stored.items():
         scale = np.max(np.abs(want32[f].vectors))
         assert np.max(np.abs(data.vectors - want32[f].vectors)) / scale < (0.1 if dtype == "bfloat16" else 0.02), f
-
-
-def _attention_inputs(folder, windows, dtype: str, eager: bool) -> list[dict]:
-    """Per text and layer, the queries and keys (heads, seq, d) attention receives, as float32 numpy."""
-    import importlib
-
-    import torch
-    import transformers
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import eager_mask, sdpa_mask
-
-    caught: dict = {}
-
-    def record(module, query, key, value, attention_mask, *args, **kwargs):
-        caught[module.layer_idx] = {"q": query[0].float().numpy().copy(), "k": key[0].float().numpy().copy()}
-        if eager:
-            forward = importlib.import_module(type(module).__module__).eager_attention_forward
-            return forward(module, query, key, value, attention_mask, *args, **kwargs)
-        return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
-
-    transformers.AttentionInterface.register("test_catch", record)
-    transformers.AttentionMaskInterface.register("test_catch", eager_mask if eager else sdpa_mask)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
-                                                              attn_implementation="test_catch")
-    out = []
-    for ids in windows:
-        caught = {}
-        with torch.inference_mode():
-            model(input_ids=torch.as_tensor(ids)[None], use_cache=False)
-        out.append(caught)
-    return out
 
 
 def test_a_half_precision_capture_still_refuses_what_is_not_rope(model_of, family_corpus, tmp_path):
