@@ -10,7 +10,7 @@
 -- Column r: Pearson r of bias_strength with separation_strength within the group.
 -- Column overall_r: The pooled r over every pooled head (the 'overall' row), repeated for comparison.
 -- Column reverses: r has the opposite sign of overall_r (a Simpson's reversal); NULL for the overall row or without data.
--- Column r_ci_low: Lower end of the 95% interval of r (overall and family rows; finding_intervals: Fisher z for one model, a two-stage bootstrap over models and heads for several), NULL when out of date.
+-- Column r_ci_low: Lower end of the 95% interval of r (overall and family rows; finding_intervals: Fisher z for one model, a bootstrap over models or over their key-head groups for several), NULL when out of date.
 -- Column r_ci_high: Upper end of the 95% interval of r.
 -- Column reverses_surely: The family's interval excludes 0 on the side opposite the pooled r, whose own interval excludes 0: a reversal the data show (seed 002 Finding 5 as a test); NULL without intervals.
 -- Column mean_bias_strength: Mean bias_strength.

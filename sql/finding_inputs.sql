@@ -11,8 +11,19 @@
 -- the arm 1 group minus the largest mean of the arm 0 groups), and for series spans arm_diff,
 -- arm_ratio, arm_pct (mean at arm 1, the later checkpoint, against arm 0, the earlier one:
 -- difference, ratio, % change of the mean).
--- cluster is the resampling unit above the head: the model when a finding pools several models,
--- the series for a change between two of its checkpoints (heads paired by layer and head).
+-- cluster is the model, or the series for a change between two of its checkpoints (heads paired
+-- by layer and key head). Inside a cluster the resampling unit is the key-head group (kv_group:
+-- query heads that share a key head are near-copies), kept whole, in strata of layers
+-- (docs/findings.md, "How each interval is computed").
+-- estimand: 'these models' (the ingested models as they are: only their heads are resampled) or
+-- 'models like these' (the population of models the pooled ones stand for: the models are
+-- resampled); the seeds' overall claims are about models in general, so they are the latter as
+-- soon as more than one model is pooled.
+-- x_min, x_max bound the head's value (an interval never leaves what the statistic can be).
+-- x_bias, y_bias: how far the head's x (y) reads off its value at infinitely many vectors, as
+-- measured on simulated heads (benchmarks/calibration.py --bias; docs/findings.md lists it): an
+-- envelope c * head_dim / n, n the head's mean vector count per kind. The interval is widened by
+-- what it moves the measured value; NULL where no bias was measured.
 -- Column id: The finding (findings.id).
 -- Column scope: The finding's scope, as findings.scope shows it.
 -- Column stat: How the rows combine into the measured value (see above).
@@ -21,12 +32,54 @@
 -- Column unit: The head within its cluster ('layer.head').
 -- Column grp: Group of the head for stat 'lead' (a seed group), else NULL.
 -- Column arm: 0 (earlier checkpoint, or the other groups) or 1 (later checkpoint, or the leading group); NULL when the stat has no arms.
+-- Column layer: The head's layer (the stratum of its key-head group).
+-- Column kv_group: The head's key-head group within its cluster ('layer.kv_head'): the resampling unit.
+-- Column estimand: 'these models' or 'models like these' (see above).
 -- Column x: The head's value (NULL: the head has none and does not count).
 -- Column y: The second value of ratio_of_means, diff_of_means and corr.
+-- Column x_min: Smallest value x can take (NULL: unbounded).
+-- Column x_max: Largest value x can take (NULL: unbounded).
+-- Column x_bias: Expected finite-vector bias of x at the head's vector count (NULL: none measured).
+-- Column y_bias: The same for y.
+-- Column n_vec: Vectors behind x when x is itself a share of vectors (a Q-vs-K accuracy: query plus key vectors), else NULL.
 with
-sh as materialized (select * from scoped_heads),
+-- Each head with its resampling unit and its finite-vector bias per metric, c * d / n (c measured by
+-- benchmarks/calibration.py --bias on simulated heads: the largest |bias| * n / d over 256 to 4,096
+-- vectors per kind at d = 32 and 64, rounded up; docs/findings.md has the table). None for the
+-- taxonomy shares: a head's bias moves it across a threshold only near it.
+sh as materialized (
+    select
+        s.*,
+        printf('%d.%d', s.layer, coalesce(s.kv_head, s.head)) as g,
+        s.head_dim / ((s.n_q + s.n_k) / 2.0) as dn
+    from scoped_heads s
+),
+fvb as materialized (
+    select
+        *,
+        -0.10 * dn as b_abs_r_q_a,
+        -0.09 * dn as b_abs_r_k_a,
+        -0.15 * dn * abs(alpha_k) / nullif(abs(alpha_q), 0) as b_slope_ratio,  -- (relative: 0.15 of the ratio)
+        -0.04 * dn as b_pos_var_q,
+        0.045 * dn as b_pos_var_k,
+        -0.13 * dn as b_pc0_share_q,
+        -0.24 * dn as b_pc0_share_k,
+        0.006 * dn as b_pc0_ev,
+        0.17 * dn as b_separation,
+        0.085 * dn as b_abs_mu_q,
+        -0.035 * dn as b_r_q,
+        -0.05 * dn as b_r_k,
+        0.014 * dn as b_plane_var
+    from sh
+),
+n_pooled as (select count(distinct source_model) as n from sh where scope = 'overall'),
 pooled as materialized (
-    select s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u from sh s where s.scope = 'overall'
+    select
+        s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u,
+        case when np.n > 1 then 'models like these' else 'these models' end as est
+    from fvb s
+    cross join n_pooled np
+    where s.scope = 'overall'
 ),
 -- The seed's model groups (seed 003 Finding 1 table, Finding 4, seed 002 figure 05).
 seed_groups(grp, label, family, models) as (
@@ -39,18 +92,22 @@ seed_groups(grp, label, family, models) as (
 gh as materialized (
     select g.grp, g.label, s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u
     from seed_groups g
-    join sh s
+    join fvb s
         on s.scope = 'model' and s.pooled and s.family = g.family
         and (g.models is null or list_contains(g.models, s.model))
 ),
 fam as materialized (
-    select s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u from sh s where s.scope = 'family'
+    select s.*, s.source_model as m, printf('%d.%d', s.layer, s.head) as u from fvb s where s.scope = 'family'
 ),
 -- Rotation planes of the pooled heads; the seed's counts are over RoPE layers (not NoPE ones).
 rp as materialized (
-    select r.*, printf('%d.%d', r.layer, r.head) as u
+    select
+        r.*, printf('%d.%d', r.layer, r.head) as u, printf('%d.%d', r.layer, coalesce(h.kv_head, r.head)) as g,
+        h.n_q + h.n_k as n_vec,
+        case when (select n from n_pooled) > 1 then 'models like these' else 'these models' end as est
     from rotation_planes r
     join model_pool mp on mp.model = r.model and mp.pooled
+    left join heads h on h.model = r.model and h.layer = r.layer and h.head = r.head
     where r.n_pairs is not null
 ),
 -- Series spans: first checkpoint, end of early training, last one before long-context training, last.
@@ -86,157 +143,162 @@ sp as materialized (
         h.* exclude (scope, series),
         printf('%d.%d', h.layer, h.head) as u
     from spans s
-    join sh h on h.scope = 'model' and (h.model = s.from_model or h.model = s.to_model)
+    join fvb h on h.scope = 'model' and (h.model = s.from_model or h.model = s.to_model)
     -- The 'first' span has one checkpoint: one arm.
     where s.span <> 'first' or h.model = s.to_model
 ),
 rows as (
     -- seed 003 --------------------------------------------------------------------------------
-    select '003.F1.pos_var_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_q as x from pooled
+    select '003.F1.pos_var_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_q as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_q as x_bias from pooled
     union all by name
-    select '003.F1.pos_var_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_k as x from pooled
+    select '003.F1.pos_var_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pos_var_k as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_k as x_bias from pooled
     union all by name
-    select '003.F1.q_over_k' as id, 'overall' as scope, 'ratio_of_means' as stat, m, m as c, u, pos_var_q as x, pos_var_k as y from pooled
+    select '003.F1.q_over_k' as id, 'overall' as scope, 'ratio_of_means' as stat, m, m as c, u, pos_var_q as x, pos_var_k as y, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pos_var_q as x_bias, b_pos_var_k as y_bias from pooled
     union all by name
-    select '003.F1.pc0_share_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_q as x from pooled
+    select '003.F1.pc0_share_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_q as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pc0_share_q as x_bias from pooled
     union all by name
-    select '003.F1.pc0_share_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_k as x from pooled
+    select '003.F1.pc0_share_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, pc0_pos_share_k as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pc0_share_k as x_bias from pooled
     union all by name
-    select '003.F1.' || grp || '.q' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_q as x from gh
+    select '003.F1.' || grp || '.q' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_q as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pos_var_q as x_bias from gh
     union all by name
-    select '003.F1.' || grp || '.k' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_k as x from gh
+    select '003.F1.' || grp || '.k' as id, label as scope, 'mean' as stat, m, m as c, u, pos_var_k as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pos_var_k as x_bias from gh
     union all by name
-    select '003.F2.fisher' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, fisher_pc0 as x from pooled
+    select '003.F2.fisher' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, fisher_pc0 as x, g, layer, est as estimand, 0 as x_min from pooled
     union all by name
-    select '003.F2.accuracy' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, qk_accuracy_pc01 as x from pooled
+    select '003.F2.accuracy' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, qk_accuracy_pc01 as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, n_q + n_k as n_vec from pooled
     union all by name
-    select '003.F2.separation' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, qk_separation_pc0 as x from pooled
+    select '003.F2.separation' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, qk_separation_pc0 as x, g, layer, est as estimand, 0 as x_min, b_separation as x_bias from pooled
     union all by name
-    select '003.F2.pc0_ev' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, explained_variance as x from pooled
+    select '003.F2.pc0_ev' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, explained_variance as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_pc0_ev as x_bias from pooled
     union all by name
-    select '003.F3.pc0_r_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_k as x from pooled
+    select '003.F3.pc0_r_k' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_k as x, g, layer, est as estimand, -1 as x_min, 1 as x_max, b_r_k as x_bias from pooled
     union all by name
-    select '003.F3.abs_mu_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(mu_q) as x from pooled
+    select '003.F3.abs_mu_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(mu_q) as x, g, layer, est as estimand, 0 as x_min, b_abs_mu_q as x_bias from pooled
     union all by name
-    select '003.fig01.pc0_r_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_q as x from pooled
+    select '003.fig01.pc0_r_q' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, r_q as x, g, layer, est as estimand, -1 as x_min, 1 as x_max, b_r_q as x_bias from pooled
     union all by name
-    select '003.fig01.q_dominant' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, r_q as x, abs(r_k) as y from pooled
+    select '003.fig01.q_dominant' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, r_q as x, abs(r_k) as y, g, layer, est as estimand, -1 as x_min, 1 as x_max from pooled
     union all by name
     -- Taxonomy shares: x is NULL for a head without a category (it is not classified).
     select '003.F4.' || replace(k.category, '-', '_') as id, 'overall' as scope, 'share' as stat, m, m as c, u,
-        (p.category = k.category)::int::double as x
+        (p.category = k.category)::int::double as x, g, layer, est as estimand, 0 as x_min, 1 as x_max
     from pooled p
     cross join (values ('position-dominated'), ('q-positional'), ('k-positional'), ('content-focused'), ('mixed')) k(category)
     union all by name
     select '003.F4.' || grp || '.position_dominated' as id, label as scope, 'model_range_share' as stat, m, m as c, u,
-        (category = 'position-dominated')::int::double as x from gh
+        (category = 'position-dominated')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from gh
     union all by name
     select '003.F4.' || grp || '.mixed' as id, label as scope, 'model_range_share' as stat, m, m as c, u,
-        (category = 'mixed')::int::double as x from gh where grp in ('llama3.2', 'ministral3')
+        (category = 'mixed')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from gh where grp in ('llama3.2', 'ministral3')
     union all by name
     select '003.F4.' || grp || '.q_positional' as id, label as scope, 'share' as stat, m, m as c, u,
-        (category = 'q-positional')::int::double as x from gh where grp = 'small_qwen3'
+        (category = 'q-positional')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from gh where grp = 'small_qwen3'
     union all by name
     -- Llama's position-dominated share against the highest of the other seed groups (the heads of
     -- every group count, each in its group).
     select '003.F4.llama3.2.highest' as id, 'family Llama 3.2' as scope, 'lead' as stat, m, m as c, u, grp,
-        (grp = 'llama3.2')::int as arm, (category = 'position-dominated')::int::double as x
+        (grp = 'llama3.2')::int as arm, (category = 'position-dominated')::int::double as x, g, layer,
+        'these models' as estimand, 0 as x_min, 1 as x_max
     from gh
     where exists (select 1 from gh l where l.grp = 'llama3.2')
     union all by name
     -- Series changes (seed 003 Findings 5-6, figures 08-09).
-    select '003.F5.r_q' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_q as x from sp where span = 'early'
+    select '003.F5.r_q' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_q as x, g, layer, 'these models' as estimand, -1 as x_min, 1 as x_max from sp where span = 'early'
     union all by name
     select '003.F5.content_focused' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
-        (category = 'content-focused')::int::double as x from sp where span = 'early'
+        (category = 'content-focused')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sp where span = 'early'
     union all by name
     select '003.F5.position_dominated' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
-        (category = 'position-dominated')::int::double as x from sp where span = 'early'
+        (category = 'position-dominated')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sp where span = 'early'
     union all by name
-    select '003.F6.r_q' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_q as x from sp where span = 'long_context'
+    select '003.F6.r_q' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_q as x, g, layer, 'these models' as estimand, -1 as x_min, 1 as x_max from sp where span = 'long_context'
     union all by name
-    select '003.F6.r_k' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_k as x from sp where span = 'long_context'
+    select '003.F6.r_k' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, r_k as x, g, layer, 'these models' as estimand, -1 as x_min, 1 as x_max from sp where span = 'long_context'
     union all by name
-    select '003.F6.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x from sp where span = 'long_context'
+    select '003.F6.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pc0_ev as x_bias from sp where span = 'long_context'
     union all by name
     select '003.F6.position_dominated' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
-        (category = 'position-dominated')::int::double as x from sp where span = 'long_context'
+        (category = 'position-dominated')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sp where span = 'long_context'
     union all by name
     select '003.fig08.position_dominated' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm,
-        (category = 'position-dominated')::int::double as x from sp where span = 'all'
+        (category = 'position-dominated')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sp where span = 'all'
     union all by name
-    select '003.fig09.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x from sp where span = 'all'
+    select '003.fig09.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pc0_ev as x_bias from sp where span = 'all'
     -- seed 002 --------------------------------------------------------------------------------
     union all by name
-    select '002.F1.abs_r_k_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_k_a) as x from pooled
+    select '002.F1.abs_r_k_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_k_a) as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_abs_r_k_a as x_bias from pooled
     union all by name
-    select '002.F1.abs_r_q_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_q_a) as x from pooled
+    select '002.F1.abs_r_q_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_q_a) as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_abs_r_q_a as x_bias from pooled
     union all by name
-    select '002.F1.k_over_q' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, abs(r_k_a) as x, abs(r_q_a) as y from pooled
+    select '002.F1.k_over_q' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u, abs(r_k_a) as x, abs(r_q_a) as y, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_abs_r_k_a as x_bias, b_abs_r_q_a as y_bias from pooled
     union all by name
     -- A head with alpha_q = 0 has no ratio (NULLIF) and is left out.
     select '002.F1.slope_ratio' as id, 'overall' as scope, 'median' as stat, m, m as c, u,
-        abs(alpha_k) / nullif(abs(alpha_q), 0) as x from pooled
+        abs(alpha_k) / nullif(abs(alpha_q), 0) as x, g, layer, est as estimand, 0 as x_min, b_slope_ratio as x_bias
+    from pooled
     union all by name
     select '002.F1.slope_ratio.' || grp as id, label as scope, 'median' as stat, m, m as c, u,
-        abs(alpha_k) / nullif(abs(alpha_q), 0) as x from gh where grp <> 'large_qwen3'
+        abs(alpha_k) / nullif(abs(alpha_q), 0) as x, g, layer, 'these models' as estimand, 0 as x_min,
+        b_slope_ratio as x_bias
+    from gh where grp <> 'large_qwen3'
     union all by name
-    select '002.F2.bias_positive' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (bias_strength > 0)::int::double as x from pooled
+    select '002.F2.bias_positive' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (bias_strength > 0)::int::double as x, g, layer, est as estimand, 0 as x_min, 1 as x_max from pooled
     union all by name
-    select '002.F2.bias_negative' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (bias_strength < 0)::int::double as x from pooled
+    select '002.F2.bias_negative' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (bias_strength < 0)::int::double as x, g, layer, est as estimand, 0 as x_min, 1 as x_max from pooled
     union all by name
-    select '002.F2.mu_q_a_positive' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (mu_q_a > 0)::int::double as x from pooled
+    select '002.F2.mu_q_a_positive' as id, 'overall' as scope, 'share' as stat, m, m as c, u, (mu_q_a > 0)::int::double as x, g, layer, est as estimand, 0 as x_min, 1 as x_max from pooled
     union all by name
-    select '002.F3.plane_var' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, plane_var_fraction as x from pooled
+    select '002.F3.plane_var' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, plane_var_fraction as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_plane_var as x_bias from pooled
     union all by name
-    select '002.F3.plane_var_range' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, plane_var_fraction as x from pooled
+    select '002.F3.plane_var_range' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u, plane_var_fraction as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_plane_var as x_bias from pooled
     union all by name
     select '002.F3.b_above_a' as id, 'overall' as scope, 'share' as stat, m, m as c, u,
-        (var_frac_b > var_frac_a)::int::double as x from pooled
+        (var_frac_b > var_frac_a)::int::double as x, g, layer, est as estimand, 0 as x_min, 1 as x_max from pooled
     union all by name
-    select '002.lemma' as id, 'overall' as scope, 'exact_max' as stat, m, m as c, u, residual_pos_r as x from pooled
+    select '002.lemma' as id, 'overall' as scope, 'exact_max' as stat, m, m as c, u, residual_pos_r as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from pooled
     union all by name
     select '002.F4.active_pairs' as id, 'overall' as scope, 'model_range_mean' as stat, model as m, model as c, u,
-        active_share_of_pairs as x from rp where not coalesce(is_nope, false)
+        active_share_of_pairs as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from rp where not coalesce(is_nope, false)
     union all by name
     select '002.F4.active_var_share' as id, 'overall' as scope, 'model_range_mean' as stat, model as m, model as c, u,
-        active_var_share as x from rp where not coalesce(is_nope, false)
+        active_var_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from rp where not coalesce(is_nope, false)
     union all by name
     select '002.F4.ring_accuracy' as id, 'overall' as scope, 'mean' as stat, model as m, model as c, u,
-        mean_active_qk_accuracy as x from rp where not coalesce(is_nope, false)
+        mean_active_qk_accuracy as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, n_vec from rp where not coalesce(is_nope, false)
     union all by name
-    select '002.F4.max_angle_r' as id, 'overall' as scope, 'max' as stat, model as m, model as c, u, max_angle_r as x
+    select '002.F4.max_angle_r' as id, 'overall' as scope, 'max' as stat, model as m, model as c, u, max_angle_r as x,
+        g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max
     from rp where not coalesce(is_nope, false)
     union all by name
-    select '002.F5.overall' as id, 'overall' as scope, 'corr' as stat, m, m as c, u, bias_strength as x, separation_strength as y from pooled
+    select '002.F5.overall' as id, 'overall' as scope, 'corr' as stat, m, m as c, u, bias_strength as x, separation_strength as y, g, layer, est as estimand from pooled
     union all by name
     -- Within-family correlations: every family (for Simpson's paradox), and the three the seed names.
     select '002.F5.family' as id, 'family ' || family as scope, 'corr' as stat, m, m as c, u,
-        bias_strength as x, separation_strength as y from fam
+        bias_strength as x, separation_strength as y, g, layer, 'these models' as estimand from fam
     union all by name
     select '002.F5.' || k.key as id, 'family ' || f.family as scope, 'corr' as stat, m, m as c, u,
-        bias_strength as x, separation_strength as y
+        bias_strength as x, separation_strength as y, g, layer, 'these models' as estimand
     from fam f
     join (values ('llama3.2', 'Llama 3.2'), ('qwen3', 'Qwen3'), ('ministral3', 'Ministral3')) k(key, family) on k.family = f.family
     union all by name
     -- Series (seed 002 Finding 6).
-    select '002.F6.abs_r_k_a_first' as id, scope, 'mean' as stat, model as m, series as c, u, abs(r_k_a) as x from sp where span = 'first'
+    select '002.F6.abs_r_k_a_first' as id, scope, 'mean' as stat, model as m, series as c, u, abs(r_k_a) as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_abs_r_k_a as x_bias from sp where span = 'first'
     union all by name
-    select '002.F6.init_mu_q_a' as id, scope, 'arm_ratio' as stat, model as m, series as c, u, arm, mu_q_a as x from sp where span = 'early'
+    select '002.F6.init_mu_q_a' as id, scope, 'arm_ratio' as stat, model as m, series as c, u, arm, mu_q_a as x, g, layer, 'these models' as estimand from sp where span = 'early'
     union all by name
-    select '002.F6.init_bias' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, bias_strength as x from sp where span = 'early'
+    select '002.F6.init_bias' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, bias_strength as x, g, layer, 'these models' as estimand from sp where span = 'early'
     union all by name
-    select '002.F6.lc_bias' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, bias_strength as x from sp where span = 'long_context'
+    select '002.F6.lc_bias' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, bias_strength as x, g, layer, 'these models' as estimand from sp where span = 'long_context'
     union all by name
-    select '002.F6.lc_alpha_k' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, alpha_k as x from sp where span = 'long_context'
+    select '002.F6.lc_alpha_k' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, alpha_k as x, g, layer, 'these models' as estimand from sp where span = 'long_context'
     union all by name
-    select '002.F6.lc_mu_q_a' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, mu_q_a as x from sp where span = 'long_context'
+    select '002.F6.lc_mu_q_a' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, mu_q_a as x, g, layer, 'these models' as estimand from sp where span = 'long_context'
     union all by name
-    select '002.F6.lc_abs_r_k_a' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, abs(r_k_a) as x from sp where span = 'long_context'
+    select '002.F6.lc_abs_r_k_a' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, abs(r_k_a) as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_abs_r_k_a as x_bias from sp where span = 'long_context'
     union all by name
-    select '002.F6.lc_separation' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, separation_strength as x from sp where span = 'long_context'
+    select '002.F6.lc_separation' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, separation_strength as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sp where span = 'long_context'
     union all by name
-    select '002.F6.lc_plane_var' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, plane_var_fraction as x from sp where span = 'long_context'
+    select '002.F6.lc_plane_var' as id, scope, 'arm_pct' as stat, model as m, series as c, u, arm, plane_var_fraction as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_plane_var as x_bias from sp where span = 'long_context'
 )
 select
     id,
@@ -247,7 +309,14 @@ select
     u as unit,
     grp::varchar as grp,
     arm::integer as arm,
+    layer::integer as layer,
+    g as kv_group,
+    estimand::varchar as estimand,
     x::double as x,
-    y::double as y
+    y::double as y,
+    x_min::double as x_min,
+    x_max::double as x_max,
+    x_bias::double as x_bias,
+    y_bias::double as y_bias,
+    n_vec::bigint as n_vec
 from rows
-order by id, scope, cluster, model, unit

@@ -30,6 +30,7 @@
 -- Column finding: Where the seed states it: 'Finding N', 'figure NN' or 'Lemma'.
 -- Column statement: What is measured, in words.
 -- Column scope: Which heads: 'overall', a family, a group of models, or a series span (first -> last checkpoint compared).
+-- Column estimand: What the interval is about: 'these models' (the ingested models as they are; their heads resampled) or 'models like these' (the population of models they stand for: the models resampled); the seeds' overall claims are the latter once several models are pooled.
 -- Column seed_value: The seed's value as the seed states it.
 -- Column measured: The value measured here with its 95% interval in brackets, formatted like the seed's (ranges lo-hi, changes from -> to).
 -- Column ci_low: Lower end of the 95% interval of measured_value (for a range across models: the lowest end of every model's interval), on the scale of seed_number.
@@ -143,6 +144,13 @@ agg as (
         fi.id,
         fi.scope,
         any_value(fi.stat) as stat,
+        -- About models like these only where more than one model has data (else: this model).
+        case
+            when any_value(fi.estimand) = 'models like these'
+                and count(distinct fi.cluster) filter (where fi.x is not null or fi.y is not null) > 1
+            then 'models like these'
+            else 'these models'
+        end as estimand,
         count(distinct fi.model) as n_models,
         count(fi.x) as n_x,
         count(fi.x) filter (where fi.arm = 1) as n_x1,
@@ -191,6 +199,7 @@ est as (
         a.id,
         a.scope,
         a.stat,
+        a.estimand,
         case a.stat
             when 'mean' then a.mean_x
             when 'share' then a.mean_x
@@ -291,17 +300,18 @@ simpson as (
     having count(f.value) > 1
 ),
 measured as (
-    select id, scope, value, value_lo, value_hi, v_from, v_to, sum_x, n_models, n_heads, ci_low, ci_high,
+    select id, scope, estimand, value, value_lo, value_hi, v_from, v_to, sum_x, n_models, n_heads, ci_low, ci_high,
            low_max, high_min, ci_method, null::varchar as text
     from ivc
     where id not in ('002.F5.family')
     union all by name
-    select id, scope, value, ci_low, ci_high, ci_method, text, n_models, n_heads from simpson
+    select id, scope, 'these models' as estimand, value, ci_low, ci_high, ci_method, text, n_models, n_heads from simpson
 ),
 judged as (
     select
         c.*,
         m.scope as measured_scope,
+        m.estimand,
         m.value,
         m.value_lo,
         m.value_hi,
@@ -415,6 +425,7 @@ select
     f.finding,
     f.statement,
     coalesce(f.measured_scope, f.scope) as scope,
+    f.estimand,
     f.seed_value,
     case
         when f.value is null then null

@@ -8,7 +8,7 @@ Rooms::
     store.py      the parquet files: staging, atomic publish per model, locks, removal
     catalog.py    qk.duckdb: a view per table and per finding (sql/), the findings' intervals
     views.py      the finding views: parsing sql/*.sql, creating them, describing them
-    inference.py  interval statistics (Wilson, Fisher z, the two-stage bootstrap)
+    inference.py  interval statistics (Wilson, Fisher z, Rao-Wu's stratified bootstrap, the jackknife)
     intervals.py  the finding_intervals table computed from finding_inputs
     results.py    the findings' rows stored at publish, and whether a connection may use them
 

@@ -209,16 +209,21 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     (home / LOCKS).mkdir(parents=True, exist_ok=True)
     from qkdb.warehouse import intervals, results
 
+    # A catalog to rebuild refreshes the findings itself: before this refresh holds their lock
+    # (inside it, the rebuild's refresh waited for the lock its own caller held, a minute).
+    ensure_catalog(home, wait=wait)
     with FileLock(str(home / LOCKS / "findings.lock"), timeout=wait):
         con = open_catalog(home, read_only=True, wait=wait)
         try:
+            # finding_inputs once, for both: its rows shadow the view on this connection only. One
+            # thread: the rows keep one order, so every sum over them is the same to the last bit
+            # from refresh to refresh (the same warehouse gives the same bytes).
+            con.execute("set threads = 1")
+            intervals.snapshot_inputs(con)
             table = intervals.compute(con)
-        finally:
-            con.close()
-        intervals.write(home, table)
-        # Then the findings' rows with those intervals (a new connection: it reads the new file).
-        con = open_catalog(home, read_only=True, wait=wait)
-        try:
+            intervals.write(home, table)
+            # Then the findings' rows with exactly those intervals.
+            intervals.install(con, table)
             results.write_findings(con, home)
         finally:
             con.close()

@@ -1,20 +1,25 @@
 """Confidence intervals for the findings: small pure functions, float64, deterministic.
 
 The findings (``sql/findings.sql``) measure means, shares, medians, ratios, correlations and
-changes over attention heads. Heads of one model are not independent draws from "LLMs", so where
-a finding pools several models the resampling unit is the model (a cluster), then the head within
-it: a *two-stage* bootstrap. Within one model, heads are the unit. docs/findings.md says which
-finding uses which interval and why.
+changes over attention heads. Heads are not independent draws: query heads that share a key head
+are near-copies, heads of one layer are alike, heads of one model are not draws from "LLMs". So
+:mod:`qkdb.warehouse.intervals` resamples key-head groups within the strata of a model's layers, or
+whole models; docs/findings.md says which finding uses which interval and why.
 
-* :func:`wilson_interval` — a share of heads (score interval: sensible at 0 of n).
+* :func:`wilson_interval` — a share of heads (score interval: sensible at 0 of n), over an
+  effective number of heads when they come in groups.
 * :func:`fisher_z_interval` — a Pearson correlation over the heads of one model.
-* :func:`bootstrap_counts` — resampling multiplicities (one row per replicate) for the bootstrap;
-  :func:`weighted_mean`, :func:`weighted_median`, :func:`weighted_corr` evaluate a statistic on
-  every replicate at once.
-* :func:`expanded_levels` — the percentiles to read off the replicates: Hesterberg's *expanded
-  percentile* interval, which widens the plain percentile interval by the t-distribution's tails
-  for a small number of resampled units (the plain one covers ~80 % for 5 units, and with 2 or 3
-  models it would take their spread for certainty).
+* :func:`rao_wu_weights` — resampling weights (one row per replicate) of a stratified sample, the
+  strata held fixed and each stratum's variance unbiased (Rao and Wu's rescaling bootstrap);
+  :func:`weighted_mean`, :func:`weighted_median`, :func:`grouped_weighted_median`,
+  :func:`weighted_corr` evaluate a statistic on every replicate at once;
+  :func:`stratified_covariance` is the covariance of the resampled sums (their normal law, for
+  very many units).
+* :func:`t_levels` — the percentiles to read off the replicates: the plain percentile interval
+  widened by Student's t for the degrees of freedom of the variance (Hesterberg's *expanded
+  percentile* idea; the plain one covers ~80 % for 5 units).
+* :func:`jackknife_interval` — the jackknife over a few clusters (models) with Student's t: for two
+  to five models, where a bootstrap over them has too few distinct resamples to show their spread.
 """
 
 from __future__ import annotations
@@ -92,28 +97,29 @@ def fisher_z_interval(r: float, n: int, level: float = 0.95) -> tuple[float, flo
     return (math.tanh(zr - half), math.tanh(zr + half))
 
 
-def expanded_levels(n: int, level: float = 0.95) -> tuple[float, float]:
-    """Quantile levels of the expanded percentile bootstrap interval for ``n`` resampled units.
+def t_levels(df: float, level: float = 0.95) -> tuple[float, float]:
+    """The quantile levels at which to read bootstrap replicates so that their interval is ±t_df.
 
-    Hesterberg (2015, "What teachers should know about the bootstrap", §5.2): read the replicates
-    at ``Φ(±√(n/(n−1))·t_{n−1, (1−level)/2})`` instead of ``(1−level)/2``: it corrects the plain
-    percentile interval's narrowness bias for small samples, and tends to it as ``n`` grows.
+    ``Φ(t_{df, (1−level)/2})`` and its complement: the replicates of an unbiased resampling scheme
+    (:func:`rao_wu_weights`) spread like the estimate's sampling distribution, and reading them at
+    these levels widens the plain percentile interval by Student's t for ``df`` degrees of freedom
+    (the idea of Hesterberg's expanded percentile interval, 2015, §5.2, for a variance that is
+    estimated rather than known). It tends to the plain percentile interval as ``df`` grows.
 
     Parameters
     ----------
-    n : int
-        Units resampled at the top level (models when a finding pools several, else heads); ≥ 2.
+    df : float
+        Degrees of freedom of the variance the replicates carry (units less strata); > 0.
 
     Returns
     -------
     (q_low, q_high) : tuple of float
     """
-    if n < 2:
-        raise ValueError(f"an interval needs at least 2 resampled units, got {n}")
+    if not df > 0:
+        raise ValueError(f"an interval needs at least 1 degree of freedom, got {df}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    z = math.sqrt(n / (n - 1)) * t_quantile((1.0 - level) / 2.0, n - 1)
-    q = 0.5 * math.erfc(-z / math.sqrt(2.0))  # the normal distribution function at z
+    q = 0.5 * math.erfc(-t_quantile((1.0 - level) / 2.0, df) / math.sqrt(2.0))  # Φ(t)
     return (q, 1.0 - q)
 
 
@@ -125,47 +131,90 @@ def t_quantile(p: float, df: float) -> float:
     return float(stdtrit(df, p))
 
 
-def bootstrap_counts(sizes: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Multiplicities of every unit in ``n_boot`` bootstrap resamples, two stages when clustered.
+def rao_wu_weights(strata: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Weights of every unit in ``n_boot`` resamples of a stratified sample (Rao and Wu's rescaling bootstrap).
 
-    Units are grouped in clusters of ``sizes`` (contiguous, in order). With one cluster this is the
-    ordinary bootstrap of its units. With several, each replicate draws the clusters with
-    replacement, then, for every draw of a cluster, as many of its units with replacement as it
-    has (the two-stage cluster bootstrap: it carries the variation between clusters and within).
+    In each stratum of ``n_h ≥ 2`` units, a resample draws ``n_h − 1`` of them with replacement and
+    weights each draw ``n_h / (n_h − 1)``: the stratum keeps its total weight ``n_h`` exactly, and
+    the resampled mean's variance is the unbiased ``s_h² / n_h`` (a plain bootstrap's is smaller by
+    ``(n_h − 1) / n_h``, which matters for strata of a few units). Strata are held fixed: nothing
+    varies between them. A stratum of one unit cannot show its variance and keeps weight 1.
+    (Rao & Wu 1988, "Resampling inference with complex survey data", JASA 83: 231–241.)
 
     Parameters
     ----------
-    sizes : array of int
-        Units per cluster.
+    strata : array of int
+        The stratum of every unit (any labels, any order).
     n_boot : int
-        Replicates.
+        Resamples.
     rng : numpy.random.Generator
 
     Returns
     -------
-    ndarray of shape (n_boot, sizes.sum()), float64
-        How often each unit is in each replicate.
+    ndarray of shape (n_boot, len(strata)), float64
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if sizes.ndim != 1 or sizes.size == 0 or (sizes < 1).any():
-        raise ValueError(f"sizes must be positive counts, got {sizes}")
-    m = sizes.size
-    if m == 1:
-        draws = np.ones((n_boot, 1), dtype=np.int64)
-    else:
-        draws = rng.multinomial(m, np.full(m, 1.0 / m), size=n_boot)
-    out = np.zeros((n_boot, int(sizes.sum())), dtype=np.float64)
-    start = 0
-    reps = np.arange(n_boot)
-    for c, size in enumerate(sizes):
-        per_rep = draws[:, c] * size  # units drawn from this cluster in each replicate
-        total = int(per_rep.sum())
-        if total:
-            idx = rng.integers(0, size, size=total)
-            flat = np.repeat(reps, per_rep) * size + idx
-            out[:, start:start + size] = np.bincount(flat, minlength=n_boot * size).reshape(n_boot, size)
-        start += size
-    return out
+    strata = np.asarray(strata)
+    if strata.ndim != 1 or strata.size == 0:
+        raise ValueError(f"strata must be a non-empty 1-d array, got shape {strata.shape}")
+    n = strata.size
+    order = np.argsort(strata, kind="stable")
+    _, start, size = np.unique(strata[order], return_index=True, return_counts=True)
+    W = np.ones((n_boot, n))
+    multi = size >= 2
+    if not multi.any():
+        return W
+    draws = size[multi] - 1
+    col_start = np.repeat(start[multi], draws)
+    col_size = np.repeat(size[multi], draws)
+    pos = col_start + np.minimum((rng.random((n_boot, int(draws.sum()))) * col_size).astype(np.int64), col_size - 1)
+    flat = (np.arange(n_boot)[:, None] * n + pos).ravel()
+    counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
+    scale = np.zeros(n)
+    member = np.repeat(multi, size)  # (in sorted order) units of strata that resample
+    scale[member] = np.repeat(size[multi] / (size[multi] - 1.0), size[multi])
+    sorted_w = np.where(member, counts * scale, 1.0)
+    W[:, order] = sorted_w
+    return W
+
+
+def stratified_covariance(terms: np.ndarray, strata: np.ndarray) -> np.ndarray:
+    """Covariance of the resampled column sums of ``terms`` (units × k) under :func:`rao_wu_weights`.
+
+    ``Σ_h n_h / (n_h − 1) · Σ_{u∈h} (t_u − t̄_h)(t_u − t̄_h)ᵀ``: the unbiased variance of the
+    stratified totals. Resampled sums drawn from a normal with this covariance around the sums
+    stand in for the weights' matrix product when there are too many units to draw weights for.
+    """
+    terms = np.asarray(terms, dtype=np.float64)
+    _, inv, size = np.unique(strata, return_inverse=True, return_counts=True)
+    means = np.zeros((size.size, terms.shape[1]))
+    np.add.at(means, inv, terms)
+    means /= size[:, None]
+    dev = terms - means[inv]
+    factor = np.where(size > 1, size / np.maximum(size - 1.0, 1.0), 0.0)[inv]
+    return (dev * factor[:, None]).T @ dev
+
+
+def jackknife_interval(estimate: float, leave_one_out: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """``estimate ± t_{m−1} · se_jack``: the delete-one jackknife over ``m`` clusters, with Student's t.
+
+    For few clusters (models) a bootstrap over them has too few distinct resamples to show its
+    spread; the jackknife's variance ``(m − 1)/m · Σ (θ₍₋ⱼ₎ − θ̄)²`` is, for a mean of equally sized
+    clusters, the t interval on their means (exact for normal cluster means, ``m`` ≥ 2).
+
+    Parameters
+    ----------
+    estimate : float
+        The statistic on every cluster.
+    leave_one_out : array of float
+        The statistic without each cluster in turn; ``m`` ≥ 2 finite values.
+    """
+    loo = np.asarray(leave_one_out, dtype=np.float64)
+    m = loo.size
+    if m < 2 or not np.isfinite(loo).all():
+        return (math.nan, math.nan)
+    se = math.sqrt((m - 1) / m * float(((loo - loo.mean()) ** 2).sum()))
+    half = -t_quantile((1.0 - level) / 2.0, m - 1) * se
+    return (estimate - half, estimate + half)
 
 
 def weighted_mean(W: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -181,10 +230,11 @@ def weighted_mean(W: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def weighted_median(W: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Median of ``x`` under each row of integer weights ``W`` (the median of the resampled multiset).
+    """Median of ``x`` under each row of weights ``W`` (for integer weights, the median of the resampled multiset).
 
-    Like DuckDB's ``median`` (``quantile_cont(x, 0.5)``): with an even total weight, the mean of
-    the two middle values. NaN entries of ``x`` are left out.
+    Like DuckDB's ``median`` (``quantile_cont(x, 0.5)``): the smallest value whose cumulative weight
+    reaches half the total, averaged with the next one when it reaches exactly half (an even count).
+    NaN entries of ``x`` are left out.
     """
     ok = np.isfinite(x)
     order = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]
@@ -193,10 +243,54 @@ def weighted_median(W: np.ndarray, x: np.ndarray) -> np.ndarray:
     xs = x[order]
     cum = np.cumsum(W[:, order], axis=1)
     total = cum[:, -1]
-    lo_rank = np.floor((total + 1) / 2.0)  # 1-based ranks of the middle value(s)
-    hi_rank = np.floor(total / 2.0) + 1
-    i_lo = np.minimum((cum < lo_rank[:, None]).sum(axis=1), order.size - 1)
-    i_hi = np.minimum((cum < hi_rank[:, None]).sum(axis=1), order.size - 1)
+    half = total / 2.0
+    tol = 1e-9 * np.maximum(total, 1e-300)
+    i_lo = np.minimum((cum < (half - tol)[:, None]).sum(axis=1), order.size - 1)
+    i_hi = np.minimum((cum <= (half + tol)[:, None]).sum(axis=1), order.size - 1)
+    exact = np.abs(np.take_along_axis(cum, i_lo[:, None], axis=1)[:, 0] - half) <= tol
+    med = np.where(exact, 0.5 * (xs[i_lo] + xs[i_hi]), xs[i_lo])
+    return np.where(total > 0, med, np.nan)
+
+
+def grouped_weighted_median(Wg: np.ndarray, x: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """:func:`weighted_median` when every value of a group shares its group's weight (``Wg``: resamples × groups).
+
+    A binary search over the sorted values per resample: ``log2(n)`` steps of one ``searchsorted``
+    per group, instead of a cumulative sum over every value of every resample (a bootstrap over
+    hundreds of models with hundreds of thousands of heads).
+    """
+    ok = np.isfinite(x)
+    xs_order = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]
+    B, G = Wg.shape
+    if xs_order.size == 0:
+        return np.full(B, np.nan)
+    xs, gs = x[xs_order], np.asarray(group)[xs_order]
+    n = xs.size
+    positions = [np.flatnonzero(gs == g) for g in range(G)]
+    counts = np.array([p.size for p in positions], dtype=np.float64)
+    total = Wg @ counts
+    half = total / 2.0
+    tol = 1e-9 * np.maximum(total, 1e-300)
+
+    def below(j: np.ndarray) -> np.ndarray:  # cumulative weight of the values at sorted positions <= j
+        acc = np.zeros(B)
+        for g, p in enumerate(positions):
+            if p.size:
+                acc += Wg[:, g] * np.searchsorted(p, j, side="right")
+        return acc
+
+    def first_reaching(target: np.ndarray) -> np.ndarray:  # smallest j with below(j) >= target
+        lo, hi = np.zeros(B, dtype=np.int64), np.full(B, n - 1, dtype=np.int64)
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            reached = below(mid) >= target
+            hi = np.where(reached & (lo < hi), mid, hi)
+            lo = np.where(~reached & (lo < hi), mid + 1, lo)
+        return lo
+
+    i_lo = first_reaching(half - tol)
+    exact = np.abs(below(i_lo) - half) <= tol
+    i_hi = np.where(exact, first_reaching(half + 2 * tol), i_lo)
     med = 0.5 * (xs[i_lo] + xs[i_hi])
     return np.where(total > 0, med, np.nan)
 
@@ -236,8 +330,8 @@ def weighted_corr(W: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return corr_from_sums(W @ corr_terms(x, y))
 
 
-def percentile_interval(replicates: np.ndarray, n_units: int, level: float = 0.95) -> tuple[float, float]:
-    """Expanded percentile interval (:func:`expanded_levels`) from bootstrap replicates.
+def percentile_interval(replicates: np.ndarray, df: float, level: float = 0.95) -> tuple[float, float]:
+    """The replicates read at :func:`t_levels` for ``df`` degrees of freedom.
 
     NaN replicates (a resample without data) are left out; NaN when none is left.
     """
@@ -245,6 +339,6 @@ def percentile_interval(replicates: np.ndarray, n_units: int, level: float = 0.9
     reps = reps[np.isfinite(reps)]
     if reps.size == 0:
         return (math.nan, math.nan)
-    q_lo, q_hi = expanded_levels(n_units, level)
+    q_lo, q_hi = t_levels(df, level)
     lo, hi = np.quantile(reps, [q_lo, q_hi])
     return (float(lo), float(hi))

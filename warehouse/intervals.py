@@ -1,11 +1,27 @@
 """The table ``finding_intervals``: a 95% interval for every finding, computed when models are published.
 
 The findings view (``sql/findings.sql``) measures each finding in SQL from the rows of
-``finding_inputs``. Its intervals need a bootstrap over models and heads, which is Python's
-job: :func:`compute` reads the same rows, recomputes each value (its ``estimate``) and its
-interval (:mod:`qkdb.warehouse.inference`), and stamps the result with ``finding_state``'s
-fingerprint. The view uses an interval only while fingerprint and estimate still match, so an
-interval never outlives the data or the params it was computed for.
+``finding_inputs``. Its intervals need resampling, which is Python's job: :func:`compute` reads
+the same rows, recomputes each value (its ``estimate``) and its interval
+(:mod:`qkdb.warehouse.inference`), and stamps the result with ``finding_state``'s fingerprint.
+The view uses an interval only while fingerprint and estimate still match, so an interval never
+outlives the data or the params it was computed for.
+
+What an interval is about (``finding_inputs.estimand``; docs/findings.md, "How each interval is
+computed", has the reasons and the calibration behind them):
+
+* **these models**: the ingested models as they are. Each model's heads stand for the heads such a
+  model has: its key-head groups (query heads sharing a key head are near-copies) are resampled
+  within each layer (layers are strata: a model's layers are its own), Rao and Wu's rescaling
+  bootstrap; nothing varies between models.
+* **models like these**: the population of models the pooled ones stand for. The models are
+  resampled as wholes (a bootstrap over models from their sums) once there are
+  :data:`MIN_MODELS` of them; fewer get the jackknife over models with Student's t, which keeps
+  its coverage where a bootstrap over a few models cannot.
+
+Shares get a Wilson interval on the effective number of heads (the design effect of the groups),
+so that a share at 0 or 100% is not a point; bounded values keep their bounds; a value read off
+finitely many vectors is widened by the bias measured for its metric (``finding_inputs.x_bias``).
 
 On disk the table is one parquet file, ``<home>/finding_intervals/data.parquet``, replaced
 atomically under a lock after every publish or removal (:func:`qkdb.warehouse.catalog.refresh_intervals`); a connection whose
@@ -18,7 +34,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import zlib
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,162 +55,351 @@ DATA = "data.parquet"
 N_BOOT = 2000  # resamples per interval: the 2.5% tail rests on 50 of them
 SEED = 17  # fixed: the same warehouse always gives the same intervals
 LEVEL = 0.95
-MIN_BOOT = 10  # heads a bootstrap interval needs: below that its percentiles are not an interval
+MIN_UNITS = 10  # key-head groups a bootstrap inside models needs: below that its percentiles are not an interval
+# Models a bootstrap over models needs; with fewer, the jackknife over models and Student's t.
+# benchmarks/calibration.py --compare: the bootstrap over models covered 0.35-0.78 of some findings
+# with 2-4 models, its goal from about 6 for means but a correlation only 0.82 at 12; the jackknife-t
+# kept its coverage from 2 models to 24, and the two agree from 12 on (docs/findings.md).
+MIN_MODELS = 16
+# Beyond this many units, a bootstrap inside models draws the resampled sums from their normal
+# law (the exact mean and covariance of the weights' sums) instead of weights for every unit: over
+# thousands of units their sums are normal to well within the resampling noise.
+EXACT_UNITS = 1_000
 MAX_WEIGHTS = 4_000_000  # replicate × unit weights held at once (32 MB), whatever the warehouse size
+THESE, POPULATION = "these models", "models like these"
+
+# The sums read per unit from SQL (corr: centred on the finding's means); `groups`: key-head groups behind them.
+_SUMS = ("nx", "sx", "ny", "sy", "xb", "yb", "nxy", "cx", "cy", "cxx", "cyy", "cxy", "groups", "nvec")
 
 
 @dataclass
 class _Finding:
-    """The rows of one (finding, scope), aligned to its scope's units."""
+    """One (finding, scope): its sums per resampling unit, in a fixed order.
+
+    The units are the key-head groups of its clusters (the models, or the series of a change), or,
+    for a claim about models like these over several models, the models themselves (``by_model``).
+    ``cluster`` indexes ``clusters``; ``stratum`` is a group's stratum (its cluster's layer, layers
+    with a single group merged with their neighbour); ``t`` holds each unit's sums by name
+    (:data:`_SUMS`, split by arm or group where the statistic has them). A median also has its
+    heads' values (``values``, with ``value_unit``, ``value_bias``).
+    """
 
     id: str
     scope: str
     stat: str
-    cols: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass
-class _Scope:
-    """The resampling units of a scope: heads (``unit``) grouped in clusters, in a fixed order."""
-
-    name: str
+    estimand: str
+    by_model: bool
+    x_min: float
+    x_max: float
     clusters: list[str]
-    sizes: np.ndarray
-    index: dict[tuple[str, str], int]
-    findings: list[_Finding] = field(default_factory=list)
+    cluster: np.ndarray
+    stratum: np.ndarray
+    keys: list[str]
+    t: dict[str, np.ndarray] = field(default_factory=dict)
+    values: np.ndarray | None = None
+    value_unit: np.ndarray | None = None
+    value_bias: np.ndarray | None = None
 
     @property
-    def n(self) -> int:
-        return int(self.sizes.sum())
+    def n_units(self) -> int:
+        return int(self.cluster.size)
+
+    @property
+    def n_resampled(self) -> int:
+        """Units a resample weights: the models (by model), else the key-head groups."""
+        return len(self.clusters) if self.by_model else self.n_units
 
 
 def _fingerprint(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("select fingerprint from finding_state").fetchall()[0][0]
 
 
-def _read_inputs(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = None) -> list[_Scope]:
-    """``finding_inputs`` as resampling groups, each finding's values as arrays over its group's units.
+def _ids_filter(ids: tuple[str, ...] | None) -> str:
+    if ids is None:
+        return ""
+    if not ids:
+        return " where false"
+    return " where id in (" + ", ".join("'" + i.replace("'", "''") + "'" for i in ids) + ")"
 
-    Findings of one scope that rest on the same clusters share one group (and so the same
-    resamples); a finding that reads more or other clusters (Llama's lead over the other seed
-    groups, say) gets its own, so that every resample draws exactly its clusters.
+
+# What each (finding, scope) is resampled by, and the means a correlation is centred on.
+_SHAPE_SQL = f"""
+create or replace temp table _qkdb_shape as
+select
+    id, scope,
+    any_value(estimand) = '{POPULATION}' and count(distinct cluster) > 1 as by_model,
+    avg(x) filter (where stat = 'corr' and y is not null) as mx,
+    avg(y) filter (where stat = 'corr' and x is not null) as my
+from _qkdb_inputs
+where x is not null or y is not null
+group by id, scope
+"""
+
+# Sums per unit: per model (by_model) or per key-head group, sorted so that a finding's rows are
+# contiguous and its units in (cluster, layer, group) order.
+_SUMS_SQL = """
+select
+    i.id, i.scope, any_value(i.stat) as stat, any_value(i.estimand) as estimand, i.cluster, {unit} as kv_group,
+    min({layer}) as layer, i.grp, i.arm, any_value(i.x_min) as x_min, any_value(i.x_max) as x_max,
+    count(i.x) as nx, coalesce(sum(i.x), 0) as sx, count(i.y) as ny, coalesce(sum(i.y), 0) as sy,
+    coalesce(sum(i.x_bias) filter (where i.x is not null), 0) as xb,
+    coalesce(sum(i.y_bias) filter (where i.y is not null), 0) as yb,
+    count(i.x - s.mx + i.y - s.my) as nxy,
+    coalesce(sum(i.x - s.mx) filter (where i.y is not null), 0) as cx,
+    coalesce(sum(i.y - s.my) filter (where i.x is not null), 0) as cy,
+    coalesce(sum((i.x - s.mx) * (i.x - s.mx)) filter (where i.y is not null), 0) as cxx,
+    coalesce(sum((i.y - s.my) * (i.y - s.my)) filter (where i.x is not null), 0) as cyy,
+    coalesce(sum((i.x - s.mx) * (i.y - s.my)), 0) as cxy,
+    {groups} as groups,
+    coalesce(avg(i.n_vec) filter (where i.x is not null), 0) * {groups} as nvec,
+    max(i.x) as top
+from _qkdb_inputs i
+join _qkdb_shape s on s.id = i.id and s.scope = i.scope
+where {which}
+group by i.id, i.scope, i.cluster, {unit}, i.grp, i.arm
+having count(i.x) > 0 or count(i.y) > 0
+order by i.id, i.scope, i.cluster, layer, kv_group, i.grp, i.arm
+"""
+
+
+def _read(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None) -> list[_Finding]:
+    """``finding_inputs`` summed per resampling unit: one :class:`_Finding` per (finding, scope).
+
+    The sums are taken in SQL (one pass over the heads), on one thread so that they add in one
+    order (the same warehouse gives the same bytes); a claim about models like these is read as
+    every model's sums, so what Python holds grows with the models, not the heads. A median reads
+    its heads' values as well.
     """
-    query = "select id, scope, stat, cluster, unit, grp, arm, x, y from finding_inputs"
-    if ids is not None:
-        query += " where id in (" + ", ".join("'" + i.replace("'", "''") + "'" for i in ids) + ")" if ids else " where false"
-    # fetchnumpy, not Arrow: pyarrow's conversions with nulls import pandas (~0.2 s of an ingest).
-    got = con.sql(query).fetchnumpy()
+    threads = con.execute("select current_setting('threads')").fetchall()[0][0]
+    con.execute("set threads = 1")
+    snapshot = ids is None and con.execute(
+        "select count(*) from duckdb_tables() where temporary and table_name = 'finding_inputs'").fetchall()[0][0]
+    try:
+        if snapshot:  # (snapshot_inputs made it: read it as it is)
+            con.execute("create or replace temp view _qkdb_inputs as select * replace "
+                        "(coalesce(kv_group, unit) as kv_group) from temp.finding_inputs")
+        else:
+            con.execute(
+                "create or replace temp table _qkdb_inputs as select id, scope, stat, estimand, cluster, "
+                "coalesce(kv_group, unit) as kv_group, layer, grp, arm, x, y, x_min, x_max, x_bias, y_bias, n_vec "
+                f"from finding_inputs{_ids_filter(ids)}"
+            )
+        con.execute(_SHAPE_SQL)
+        # (a maximum needs no more than every model's)
+        whole = "i.stat in ('max', 'exact_max') or (s.by_model and i.stat <> 'median')"
+        per_model = con.sql(_SUMS_SQL.format(
+            unit="i.cluster", layer="0", groups="count(distinct i.kv_group) filter (where i.x is not null or i.y is not null)",
+            which=whole)).fetchnumpy()
+        per_unit = con.sql(_SUMS_SQL.format(unit="i.kv_group", layer="i.layer", groups="1", which=f"not ({whole})")).fetchnumpy()
+        medians = con.sql(
+            "select i.id, i.scope, i.cluster, i.kv_group, i.x, coalesce(i.x_bias, 0) as x_bias from _qkdb_inputs i "
+            "where i.stat = 'median' and i.x is not null order by i.id, i.scope, i.cluster, i.kv_group, i.x"
+        ).fetchnumpy()
+        shape = con.sql("select id, scope, by_model from _qkdb_shape").fetchall()
+    finally:
+        con.execute("drop view if exists _qkdb_inputs" if snapshot else "drop table if exists _qkdb_inputs")
+        con.execute("drop table if exists _qkdb_shape")
+        con.execute(f"set threads = {int(threads)}")
+    by_model = {(i, s): bool(b) for i, s, b in shape}
+    findings = _assemble(per_model, by_model) + _assemble(per_unit, by_model)
+    _attach_values(findings, medians)
+    return sorted(findings, key=lambda f: (f.scope, f.id))
 
-    def values(name: str) -> list:
-        col = got[name]
-        mask = np.ma.getmaskarray(col)
-        return [None if m else v for v, m in zip(np.ma.getdata(col).tolist(), mask.tolist())]
 
-    cols = {name: values(name) for name in ("id", "scope", "stat", "cluster", "unit", "grp", "arm")}
-    x = np.ma.filled(np.ma.asarray(got["x"], dtype=np.float64), np.nan)
-    y = np.ma.filled(np.ma.asarray(got["y"], dtype=np.float64), np.nan)
-    rows_of: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, key in enumerate(zip(cols["scope"], cols["id"])):
-        rows_of[key].append(i)
-    groups: dict[tuple[str, tuple[str, ...]], list[tuple[str, list[int]]]] = defaultdict(list)
-    for (scope_name, fid), rows in rows_of.items():
-        clusters = tuple(sorted({cols["cluster"][i] for i in rows}))
-        groups[(scope_name, clusters)].append((fid, rows))
-    scopes = []
-    for (name, clusters), members in sorted(groups.items()):
-        keys = sorted({(cols["cluster"][i], cols["unit"][i]) for _, rows in members for i in rows})
-        sizes = np.array([sum(1 for c, _ in keys if c == k) for k in clusters], dtype=np.int64)
-        index = {k: j for j, k in enumerate(keys)}
-        scope = _Scope(name, list(clusters), sizes, index)
-        for fid, frows in sorted(members):
-            f = _Finding(fid, name, cols["stat"][frows[0]])
-            pos = np.array([index[(cols["cluster"][i], cols["unit"][i])] for i in frows])
-            arm = np.array([-1 if cols["arm"][i] is None else cols["arm"][i] for i in frows])
-            _align(f, scope.n, pos, arm, x[frows], y[frows], [cols["grp"][i] for i in frows])
-            scope.findings.append(f)
-        scopes.append(scope)
-    return scopes
+def _strings(got: dict, name: str) -> np.ndarray:
+    return np.asarray(np.ma.getdata(got[name]), dtype=object)
 
 
-def _align(f: _Finding, n: int, pos: np.ndarray, arm: np.ndarray, x: np.ndarray, y: np.ndarray, grp: list) -> None:
-    """Put a finding's rows in its scope's unit order (``pos``); units without a row hold NaN."""
+def _numbers(got: dict, name: str) -> np.ndarray:
+    return np.ma.filled(np.ma.asarray(got[name], dtype=np.float64), np.nan)
 
-    def spread(values: np.ndarray, where: np.ndarray) -> np.ndarray:
-        v = np.full(n, np.nan)
-        v[where] = values
-        return v
 
-    if f.stat.startswith("arm"):
-        # A change: the unit's value at each checkpoint (heads paired by layer and head).
-        for a in (0, 1):
-            f.cols[f"x{a}"] = spread(x[arm == a], pos[arm == a])
+def _changes(*cols: np.ndarray) -> np.ndarray:
+    """Where a run of equal rows starts (index 0 included), over several sorted columns."""
+    n = cols[0].size
+    start = np.zeros(n, dtype=bool)
+    if n:
+        start[0] = True
+        for c in cols:
+            start[1:] |= c[1:] != c[:-1]
+    return start
+
+
+def _assemble(got: dict, by_model: dict[tuple[str, str], bool]) -> list[_Finding]:
+    """The rows of one query (sorted by finding, cluster, layer, group) as findings."""
+    n_rows = len(got["id"])
+    if n_rows == 0:
+        return []
+    ids, scopes = _strings(got, "id"), _strings(got, "scope")
+    clusters, groups = _strings(got, "cluster"), _strings(got, "kv_group")
+    stat, estimand = _strings(got, "stat"), _strings(got, "estimand")
+    grp = _strings(got, "grp")
+    arm = np.ma.filled(np.ma.asarray(got["arm"], dtype=np.float64), -1).astype(np.int64)
+    layer = np.ma.filled(np.ma.asarray(got["layer"], dtype=np.float64), 0).astype(np.int64)
+    num = {c: _numbers(got, c) for c in (*_SUMS, "x_min", "x_max", "top")}
+    bounds = np.flatnonzero(_changes(ids, scopes))
+    out = []
+    for a, b in zip(bounds, [*bounds[1:], n_rows]):
+        rows = slice(a, b)
+        key = (ids[a], scopes[a])
+        unit_start = _changes(clusters[rows], groups[rows])
+        unit = np.cumsum(unit_start) - 1
+        n = int(unit[-1]) + 1
+        first = np.flatnonzero(unit_start)
+        cluster_names = list(dict.fromkeys(clusters[rows][first]))
+        cluster_idx = {c: k for k, c in enumerate(cluster_names)}
+        f = _Finding(
+            id=key[0], scope=key[1], stat=stat[a], estimand=estimand[a] or THESE, by_model=by_model.get(key, False),
+            x_min=num["x_min"][a], x_max=num["x_max"][a], clusters=cluster_names,
+            cluster=np.array([cluster_idx[c] for c in clusters[rows][first]], dtype=np.int64),
+            stratum=np.zeros(n, dtype=np.int64),
+            keys=[f"{c}/{g}" for c, g in zip(clusters[rows][first], groups[rows][first])],
+        )
+        if f.stat.startswith("arm"):
+            arms = arm[rows]
+            for c in _SUMS:
+                f.t[c] = _spread(n, unit, num[c][rows])
+            for k in (0, 1):
+                for c in ("nx", "sx", "xb"):
+                    f.t[f"a{k}.{c}"] = _spread(n, unit[arms == k], num[c][rows][arms == k])
+        elif f.stat == "lead":  # each unit's rows are its seed group's
+            arms, seeds = arm[rows], grp[rows]
+            for c in _SUMS:
+                f.t[c] = _spread(n, unit, num[c][rows])
+            lead = arms == 1
+            f.t["lead.nx"] = _spread(n, unit[lead], num["nx"][rows][lead])
+            f.t["lead.sx"] = _spread(n, unit[lead], num["sx"][rows][lead])
+            for k, g in enumerate(sorted({g for g, l in zip(seeds, lead) if not l and g is not None})):
+                sel = (seeds == g) & ~lead
+                f.t[f"other{k}.nx"] = _spread(n, unit[sel], num["nx"][rows][sel])
+                f.t[f"other{k}.sx"] = _spread(n, unit[sel], num["sx"][rows][sel])
+        else:  # one row per unit
+            for c in _SUMS:
+                f.t[c] = np.nan_to_num(num[c][rows])
+        if f.stat in ("max", "exact_max"):
+            f.t["top"] = np.full(n, -np.inf)
+            np.maximum.at(f.t["top"], unit, np.nan_to_num(num["top"][rows], nan=-np.inf))
+        if not num["nvec"][rows].any():
+            del f.t["nvec"]
+        if not f.by_model:
+            f.stratum = _strata(f.cluster, layer[rows][first])
+        out.append(f)
+    return out
+
+
+def _spread(n: int, pos: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.zeros(n)
+    np.add.at(out, pos, np.nan_to_num(values))
+    return out
+
+
+def _strata(cluster: np.ndarray, layer: np.ndarray) -> np.ndarray:
+    """Every unit's stratum: its cluster's layer, a layer with one unit merged with the next one.
+
+    Units come sorted by (cluster, layer). Within a stratum the groups are resampled; a stratum needs
+    two units to show their spread, so a layer with one group joins the next layer of its cluster
+    (the last joins the one before): neighbouring layers are the most alike (a collapsed stratum, the
+    survey practice for strata of one).
+    """
+    starts = np.flatnonzero(_changes(cluster, layer)).tolist()
+    blocks = list(zip(starts, [*starts[1:], cluster.size]))
+    out = np.zeros(cluster.size, dtype=np.int64)
+    next_id, k = 0, 0
+    while k < len(blocks):
+        c = cluster[blocks[k][0]]
+        strata: list[list[tuple[int, int]]] = []
+        current: list[tuple[int, int]] = []
+        count = 0
+        while k < len(blocks) and cluster[blocks[k][0]] == c:
+            a, b = blocks[k]
+            current.append((a, b))
+            count += b - a
+            if count >= 2:
+                strata.append(current)
+                current, count = [], 0
+            k += 1
+        if current:
+            if strata:
+                strata[-1].extend(current)
+            else:
+                strata.append(current)
+        for stratum in strata:
+            for a, b in stratum:
+                out[a:b] = next_id
+            next_id += 1
+    return out
+
+
+def _attach_values(findings: list[_Finding], got: dict) -> None:
+    """Give each median its heads' values, each tied to its key-head group."""
+    if len(got["id"]) == 0:
         return
-    f.cols["x"], f.cols["y"] = spread(x, pos), spread(y, pos)
-    if f.stat == "lead":
-        f.cols["grp"] = np.full(n, "", dtype=object)
-        f.cols["grp"][pos] = grp
-        f.cols["target"] = np.zeros(n, dtype=bool)
-        f.cols["target"][pos] = arm == 1
+    ids, scopes = _strings(got, "id"), _strings(got, "scope")
+    clusters, groups = _strings(got, "cluster"), _strings(got, "kv_group")
+    x, bias = _numbers(got, "x"), _numbers(got, "x_bias")
+    bounds = np.flatnonzero(_changes(ids, scopes))
+    where = {(ids[a], scopes[a]): slice(a, b) for a, b in zip(bounds, [*bounds[1:], ids.size])}
+    for f in findings:
+        rows = where.get((f.id, f.scope))
+        if f.stat != "median" or rows is None:
+            continue
+        unit_of = {k: j for j, k in enumerate(f.keys)}
+        f.value_unit = np.array([unit_of[f"{c}/{g}"] for c, g in zip(clusters[rows], groups[rows])])
+        f.values = x[rows]
+        f.value_bias = np.nan_to_num(bias[rows])
 
 
-def _mean_terms(tag: str, v: np.ndarray) -> dict[str, np.ndarray]:
-    ok = np.isfinite(v)
-    return {f"{tag}.sum": np.where(ok, v, 0.0), f"{tag}.n": ok.astype(np.float64)}
+# ----------------------------------------------------------------------------------- statistics
 
 
-def _mean(S: dict[str, np.ndarray], tag: str) -> np.ndarray:
-    n = S[f"{tag}.n"]
+def _mean(S: dict[str, np.ndarray], n: str, s: str) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, S[f"{tag}.sum"] / np.where(n > 0, n, 1.0), np.nan)
+        return np.where(S[n] > 0, S[s] / np.where(S[n] > 0, S[n], 1.0), np.nan)
 
 
-def _terms(f: _Finding) -> dict[str, np.ndarray]:
-    """The vectors over units whose weighted sums give the finding's statistic (none: the median)."""
-    c = f.cols
+def _terms(f: _Finding, corrected: bool = False) -> dict[str, np.ndarray]:
+    """The per-unit columns whose weighted sums give the statistic (``corrected``: less their bias)."""
+    t = f.t
     if f.stat in ("mean", "share", "model_range_mean", "model_range_share"):
-        return _mean_terms("x", c["x"])
+        return {"nx": t["nx"], "sx": t["sx"] - t["xb"] if corrected else t["sx"]}
     if f.stat in ("ratio_of_means", "diff_of_means"):
-        return {**_mean_terms("x", c["x"]), **_mean_terms("y", c["y"])}
+        return {"nx": t["nx"], "sx": t["sx"] - t["xb"] if corrected else t["sx"],
+                "ny": t["ny"], "sy": t["sy"] - t["yb"] if corrected else t["sy"]}
     if f.stat == "corr":
-        return dict(zip(("n", "sx", "sy", "sxx", "syy", "sxy"), inference.corr_terms(c["x"], c["y"]).T))
+        return {c: t[c] for c in ("nxy", "cx", "cy", "cxx", "cyy", "cxy")}
     if f.stat == "lead":
-        x, grp, target = c["x"], c["grp"], c["target"]
-        terms = _mean_terms("lead", np.where(target, x, np.nan))
-        for k, g in enumerate(sorted(set(grp[~target]) - {""})):
-            terms.update(_mean_terms(f"other{k}", np.where((grp == g) & ~target, x, np.nan)))
-        return terms
+        return {k: v for k, v in t.items() if k.startswith(("lead.", "other"))}
     if f.stat.startswith("arm"):
-        return {**_mean_terms("a0", c["x0"]), **_mean_terms("a1", c["x1"])}
+        out = {}
+        for a in (0, 1):
+            out[f"a{a}.nx"] = t[f"a{a}.nx"]
+            out[f"a{a}.sx"] = t[f"a{a}.sx"] - t[f"a{a}.xb"] if corrected else t[f"a{a}.sx"]
+        return out
     return {}
 
 
-def _from_sums(f: _Finding, S: dict[str, np.ndarray], W: np.ndarray) -> np.ndarray:
-    """The finding's statistic under each row of weights ``W``, from the weighted sums ``S`` of its terms."""
-    if f.stat in ("mean", "share", "model_range_mean", "model_range_share"):
-        return _mean(S, "x")
-    if f.stat == "median":
-        return inference.weighted_median(W, f.cols["x"])
-    if f.stat in ("max", "exact_max"):
-        x = f.cols["x"]
-        return np.full(W.shape[0], np.nanmax(x) if np.isfinite(x).any() else np.nan)
+def _from_sums(f: _Finding, S: dict[str, np.ndarray]) -> np.ndarray:
+    """The statistic from the (weighted) sums ``S`` of its terms, one value per row."""
     with np.errstate(invalid="ignore", divide="ignore"):
+        if f.stat in ("mean", "share", "model_range_mean", "model_range_share"):
+            return _mean(S, "nx", "sx")
         if f.stat == "ratio_of_means":
-            den = _mean(S, "y")
-            return np.where(den != 0, _mean(S, "x") / np.where(den != 0, den, 1.0), np.nan)
+            den = _mean(S, "ny", "sy")
+            return np.where(den != 0, _mean(S, "nx", "sx") / np.where(den != 0, den, 1.0), np.nan)
         if f.stat == "diff_of_means":
-            return _mean(S, "x") - _mean(S, "y")
+            return _mean(S, "nx", "sx") - _mean(S, "ny", "sy")
         if f.stat == "corr":
-            return inference.corr_from_sums(np.column_stack([S[k] for k in ("n", "sx", "sy", "sxx", "syy", "sxy")]))
+            return inference.corr_from_sums(np.column_stack([S[k] for k in ("nxy", "cx", "cy", "cxx", "cyy", "cxy")]))
         if f.stat == "lead":
-            others = [_mean(S, k[:-4]) for k in S if k.startswith("other") and k.endswith(".sum")]
+            others = [_mean(S, k, k[:-2] + "sx") for k in S if k.startswith("other") and k.endswith(".nx")]
             if not others:
-                return np.full(W.shape[0], np.nan)
+                return np.full(len(next(iter(S.values()))), np.nan)
             stacked = np.vstack(others)
             seen = np.isfinite(stacked)
             best = np.where(seen.any(axis=0), np.max(np.where(seen, stacked, -np.inf), axis=0), np.nan)
-            return _mean(S, "lead") - best
+            return _mean(S, "lead.nx", "lead.sx") - best
         if f.stat.startswith("arm"):
-            m0, m1 = _mean(S, "a0"), _mean(S, "a1")
+            m0, m1 = _mean(S, "a0.nx", "a0.sx"), _mean(S, "a1.nx", "a1.sx")
             if f.stat == "arm_diff":
                 return m1 - m0
             safe = np.where(m0 != 0, m0, 1.0)
@@ -206,42 +410,102 @@ def _from_sums(f: _Finding, S: dict[str, np.ndarray], W: np.ndarray) -> np.ndarr
     raise ValueError(f"unknown statistic {f.stat!r} of finding {f.id}")
 
 
-class _Evaluator:
-    """Every finding of a scope under many weight rows at once: one matrix product per block of rows."""
-
-    def __init__(self, findings: list[_Finding]):
-        self.findings = findings
-        self.slots: dict[str, dict[str, int]] = {}
-        columns: list[np.ndarray] = []
-        for f in findings:
-            self.slots[f.id] = {}
-            for name, v in _terms(f).items():
-                self.slots[f.id][name] = len(columns)
-                columns.append(v)
-        self.M = np.column_stack(columns) if columns else None
-
-    def __call__(self, W: np.ndarray) -> dict[str, np.ndarray]:
-        P = W @ self.M if self.M is not None else None
-        return {
-            f.id: _from_sums(f, {name: P[:, j] for name, j in self.slots[f.id].items()}, W)
-            for f in self.findings
-        }
+def _evaluate(f: _Finding, W: np.ndarray, corrected: bool = False) -> np.ndarray:
+    """The statistic under each row of unit weights ``W``."""
+    if f.stat == "median":
+        x = f.values - f.value_bias if corrected else f.values
+        if f.by_model:
+            return inference.grouped_weighted_median(W, x, f.cluster[f.value_unit])
+        return inference.weighted_median(W[:, f.value_unit], x)
+    terms = _terms(f, corrected)
+    names = list(terms)
+    P = W @ np.column_stack([terms[k] for k in names])
+    return _from_sums(f, {k: P[:, j] for j, k in enumerate(names)})
 
 
-def _data_units(f: _Finding) -> np.ndarray:
-    """Which units carry a value for this finding."""
-    c = f.cols
-    if f.stat.startswith("arm"):
-        return np.isfinite(c["x0"]) | np.isfinite(c["x1"])
-    if f.stat in ("ratio_of_means", "diff_of_means"):
-        return np.isfinite(c["x"]) | np.isfinite(c["y"])
-    if f.stat == "corr":
-        return np.isfinite(c["x"]) & np.isfinite(c["y"])
-    return np.isfinite(c["x"])
+def _estimate(f: _Finding) -> float:
+    if f.stat in ("max", "exact_max"):
+        top = float(f.t["top"].max())
+        return top if math.isfinite(top) else math.nan
+    return float(_evaluate(f, np.ones((1, f.n_resampled)))[0])
+
+
+def _bias_shift(f: _Finding, estimate: float) -> float:
+    """How far the value moves when each head's value is corrected for its finite-vector bias."""
+    if f.stat == "median":
+        if f.value_bias is None or not f.value_bias.any():
+            return 0.0
+    elif not any(f.t.get(k, np.zeros(1)).any() for k in ("xb", "yb", "a0.xb", "a1.xb")):
+        return 0.0
+    shifted = float(_evaluate(f, np.ones((1, f.n_resampled)), corrected=True)[0])
+    return shifted - estimate if math.isfinite(shifted) else 0.0
+
+
+# ----------------------------------------------------------------------------------- resampling
 
 
 def _rng(*keys: str) -> np.random.Generator:
     return np.random.default_rng([SEED, *(zlib.crc32(k.encode()) for k in keys)])
+
+
+class _Replicates:
+    """Resampled values of the findings, their weights drawn once per set of units and strata.
+
+    Findings come scope by scope, and those of a scope mostly rest on the same units: the weights
+    of the last few sets are kept (up to 32 MB each), not those of every set.
+    """
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._weights: dict[tuple, list[np.ndarray]] = {}
+
+    def weights(self, f: _Finding) -> list[np.ndarray]:
+        """Rao–Wu weights of ``f``'s resampled units in their strata, in blocks of rows.
+
+        The units are the models for models like these (one stratum), else the key-head groups in
+        strata of layers. The same units get the same weights: findings of one scope share them.
+        """
+        units = f.clusters if f.by_model else f.keys
+        strata = np.zeros(len(units), dtype=np.int64) if f.by_model else f.stratum
+        signature = zlib.crc32("\n".join([f.scope, f.estimand, *units]).encode())
+        key = (signature, len(units), strata.tobytes())
+        if key not in self._weights:
+            rng = _rng(f.scope, f.estimand, str(signature))
+            chunk = max(1, min(N_BOOT, MAX_WEIGHTS // max(len(units), 1)))
+            blocks, done = [], 0
+            while done < N_BOOT:
+                blocks.append(inference.rao_wu_weights(strata, min(chunk, N_BOOT - done), rng))
+                done += blocks[-1].shape[0]
+            if len(self._weights) >= self.KEEP:
+                del self._weights[next(iter(self._weights))]
+            self._weights[key] = blocks
+        return self._weights[key]
+
+    def __call__(self, f: _Finding) -> np.ndarray:
+        if f.n_resampled > EXACT_UNITS and f.stat != "median":
+            return self._normal(f)
+        return np.concatenate([_evaluate(f, W) for W in self.weights(f)])
+
+    def _normal(self, f: _Finding) -> np.ndarray:
+        """Resampled sums drawn from the normal law of the weights' sums (their exact mean and covariance)."""
+        terms = _terms(f)
+        names = list(terms)
+        T = np.column_stack([terms[k] for k in names])
+        C = inference.stratified_covariance(T, f.stratum)
+        vals, vecs = np.linalg.eigh(C)
+        root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+        rng = _rng(f.scope, f.estimand, f.id, "normal")
+        S = T.sum(axis=0) + rng.standard_normal((N_BOOT, len(names))) @ root.T
+        return _from_sums(f, {k: S[:, j] for j, k in enumerate(names)})
+
+
+def _df(f: _Finding) -> int:
+    """Degrees of freedom of a bootstrap inside models: units less strata."""
+    return f.n_units - int(np.unique(f.stratum).size)
+
+
+# ----------------------------------------------------------------------------------- intervals
 
 
 _ROW_COLUMNS = ("id", "scope", "stat", "estimate", "ci_low", "ci_high", "low_max", "high_min", "ci_method", "n_units", "n_boot")
@@ -259,125 +523,282 @@ def _row(f: _Finding, estimate: float, low=math.nan, high=math.nan, method="", n
     }
 
 
-def _model_range(f: _Finding, scope: _Scope, estimate: float, counts: dict[str, np.ndarray]) -> dict:
+def _bounds(f: _Finding) -> tuple[float, float]:
+    """What the statistic can be, from the bounds of its heads' values (NaN: unbounded)."""
+    lo, hi = f.x_min, f.x_max
+    if f.stat == "corr":
+        return (-1.0, 1.0)
+    if f.stat in ("mean", "share", "median", "model_range_mean", "model_range_share"):
+        return (lo, hi)
+    if f.stat in ("diff_of_means", "lead", "arm_diff"):
+        return (lo - hi, hi - lo)
+    if f.stat in ("ratio_of_means", "arm_ratio"):
+        return (0.0 if lo >= 0 else math.nan, math.nan)
+    if f.stat == "arm_pct":
+        return (-100.0 if lo >= 0 else math.nan, math.nan)
+    return (math.nan, math.nan)
+
+
+def _clip(f: _Finding, lo: float, hi: float) -> tuple[float, float]:
+    b_lo, b_hi = _bounds(f)
+    if math.isfinite(b_lo):
+        lo, hi = max(lo, b_lo), max(hi, b_lo)
+    if math.isfinite(b_hi):
+        lo, hi = min(lo, b_hi), min(hi, b_hi)
+    return lo, hi
+
+
+def _widen_for_bias(f: _Finding, estimate: float, lo: float, hi: float, how: str) -> tuple[float, float, str]:
+    """Widen towards where the value would be with infinitely many vectors (``finding_inputs.x_bias``)."""
+    shift = _bias_shift(f, estimate)
+    widened = lo + min(0.0, shift), hi + max(0.0, shift)
+    if not abs(shift) >= 0.01 * (hi - lo):  # (too small to show in the interval's digits: not worth a word)
+        return *widened, how
+    return *widened, f"{how}; widened by {abs(shift):.2g} for the finite-vector bias"
+
+
+def _design_effect(f: _Finding, p: float, variance: float, most: float | None = None) -> float:
+    """How many heads count as one for a share: the resampled variance over the binomial one, at most ``most``.
+
+    ``most`` is the design effect of groups whose heads are copies (by default the heads per group);
+    1 when every head is its own group (then the share's interval is Wilson's over the heads). At 0
+    or 100% no spread is seen, so each group counts once.
+    """
+    n = f.t["nx"].sum()
+    most = float(n / max(f.t["groups"].sum(), 1.0)) if most is None else most
+    if most <= 1.0:
+        return 1.0
+    if not 0.0 < p < 1.0 or not math.isfinite(variance):
+        return most
+    return min(most, max(1.0, variance / (p * (1.0 - p) / n)))
+
+
+def _wilson(f: _Finding, deff: float, level: float = LEVEL) -> tuple[float, float]:
+    n = float(f.t["nx"].sum())
+    k = float(f.t["sx"].sum())
+    return inference.wilson_interval(k / deff, n / deff, level)
+
+
+def _vector_floor(f: _Finding, units: np.ndarray | None = None, level: float = LEVEL) -> tuple[float, float] | None:
+    """For a share of vectors (a Q-vs-K accuracy) near 0 or 100 %: the least uncertainty its heads carry.
+
+    Wilson's interval with each key-head group's share counted as a fraction of one success, when
+    the shares add up to all or none of the groups (rounded): near 100 % a mean is made by rare heads below it, which a sample of heads
+    that are all at 100 % does not show (nor its resamples: zero width), and of which ``n`` groups
+    rule out no more than a rate of about 3/n. It is wider than Wilson's on the pooled correct /
+    total vectors, which the finitely many vectors behind each head would give.
+    """
+    if "nvec" not in f.t:
+        return None
+    sel = slice(None) if units is None else units
+    nx, sx, groups = f.t["nx"][sel], f.t["sx"][sel], f.t["groups"][sel]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(nx > 0, sx / np.maximum(nx, 1), 0.0)
+    n = float(groups.sum())
+    if n <= 0:
+        return None
+    correct = float(np.clip((share * groups).sum(), 0.0, n))
+    # Only near the bound, where the groups' shares round to all or none: a share of vectors well
+    # inside (a ring accuracy near 50 %) has heads that vary far less than a success or a failure
+    # would, and no rare head makes its mean.
+    if round(correct) not in (0, round(n)):
+        return None
+    return inference.wilson_interval(correct, n, level)
+
+
+def _these(f: _Finding, estimate: float, reps: _Replicates) -> dict:
+    """An interval for these models: their key-head groups resampled in strata of layers."""
+    df = _df(f)
+    few = f.n_units < MIN_UNITS or df < 1
+    arms = " of the two checkpoints (paired)" if f.stat.startswith("arm") else ""
+    groups = f"{f.n_units} key-head groups{arms}" + (f" of {len(f.clusters)} models" if len(f.clusters) > 1 else "")
+    normal = f.n_units > EXACT_UNITS and f.stat != "median"
+    how = (f"bootstrap over {groups}, in strata of layers ({N_BOOT} resamples{', normal sums' if normal else ''}, "
+           f"t with {df} df)")
+    if f.stat == "share" or (f.stat == "corr" and len(f.clusters) == 1):
+        # Closed forms over the heads, counted by their groups' design effect: for a share from the
+        # resamples' spread when there are enough groups, else each group counted once.
+        return _closed_form(f, estimate, None if few or f.stat == "corr" else reps(f), how)
+    if few:
+        return _row(f, estimate, method=f"too few for a bootstrap interval ({f.n_units} key-head groups; needs {MIN_UNITS})",
+                    n_units=f.n_units)
+    lo, hi = inference.percentile_interval(reps(f), df, LEVEL)
+    floor = _vector_floor(f)
+    if floor is not None:
+        lo, hi = min(lo, floor[0]), max(hi, floor[1])
+        how += ", widened to the Wilson interval of its groups' shares of vectors"
+    lo, hi, how = _widen_for_bias(f, estimate, lo, hi, how)
+    lo, hi = _clip(f, lo, hi)
+    return _row(f, estimate, lo, hi, how, f.n_units, N_BOOT)
+
+
+def _closed_form(f: _Finding, estimate: float, r: np.ndarray | None, how: str) -> dict:
+    """Wilson (a share) or Fisher z (a correlation in one model) over the heads' effective number.
+
+    Heads that are their own key-head groups count once each: then these are exactly Wilson's and
+    Fisher's intervals over the heads. Query heads that share a key head count for less, by the
+    design effect the resamples ``r`` show (their variance over the closed form's), between 1 and
+    the groups' size (Kish's ``Σ n_g² / Σ n_g``, each group counted once); without resamples, or at
+    0 or 100%, where no spread can show, each group counts once.
+    """
+    corr = f.stat == "corr"
+    n_col = f.t["nxy"] if corr else f.t["nx"]
+    n = float(n_col.sum())
+    most = float((n_col ** 2).sum() / n) if n else 1.0
+    deff = 1.0
+    if most > 1.0 and not corr:
+        deff = _design_effect(f, estimate, math.nan if r is None else float(np.nanvar(r, ddof=1)), most)
+    elif most > 1.0:
+        # Fisher's 1/(n − 3) is a normal-theory variance: the resamples' would mix the design effect
+        # with the heads' departure from normality. Each group counts once (Kish's n² / Σ n_g²).
+        deff = most
+    n_eff = n / deff
+    counted = "" if deff == 1.0 else f" counted as {n_eff:.0f} (their groups' design effect {deff:.2f}" + (
+        f", from a {how})" if r is not None and not corr else ", each group once)")
+    if corr:
+        if n_eff < 4:
+            return _row(f, estimate, method=f"too few heads for an interval ({int(n)}{counted})", n_units=f.n_units)
+        lo, hi = inference.fisher_z_interval(max(-1.0, min(1.0, estimate)), n_eff, LEVEL)
+        return _row(f, estimate, lo, hi, f"Fisher z over {int(n)} heads{counted}", f.n_units)
+    lo, hi = inference.wilson_interval(float(f.t["sx"].sum()) / deff, n_eff, LEVEL)
+    return _row(f, estimate, lo, hi, f"Wilson score interval over {int(n)} heads{counted}", f.n_units,
+                None if r is None or deff == 1.0 else N_BOOT)
+
+
+def _population(f: _Finding, estimate: float, reps: _Replicates) -> dict:
+    """An interval for models like these: the models resampled (or, for few, left out in turn)."""
+    m = len(f.clusters)
+    if m >= MIN_MODELS:
+        r = reps(f)
+        lo, hi = inference.percentile_interval(r, m - 1, LEVEL)
+        how = f"bootstrap over {m} models ({N_BOOT} resamples of whole models, t with {m - 1} df)"
+        n_boot = N_BOOT
+    else:
+        loo = []
+        for j in range(m):
+            w = np.ones((1, m))
+            w[0, j] = 0.0
+            loo.append(float(_evaluate(f, w)[0]))
+        lo, hi = inference.jackknife_interval(estimate, np.array(loo), LEVEL)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return _row(f, estimate, method=f"no interval: the value is undefined without one of the {m} models", n_units=m)
+        how = (f"jackknife over {m} models, t with {m - 1} df ({m} models are too few for a bootstrap over "
+               f"models, which needs {MIN_MODELS}; a claim about models like these rests on their spread)")
+        n_boot = None
+    if f.stat == "share":
+        # Resampled shares cannot leave the models' range (at 0 of n every resample is 0): the
+        # Wilson interval of the pooled heads, each key-head group counted once, is the least they carry.
+        w_lo, w_hi = _wilson(f, _design_effect(f, estimate, math.nan))
+        lo, hi = min(lo, w_lo), max(hi, w_hi)
+        how += ", widened to the Wilson interval of the pooled heads"
+    floor = _vector_floor(f)
+    if floor is not None:
+        lo, hi = min(lo, floor[0]), max(hi, floor[1])
+        how += ", widened to the Wilson interval of its groups' shares of vectors"
+    lo, hi, how = _widen_for_bias(f, estimate, lo, hi, how)
+    lo, hi = _clip(f, lo, hi)
+    return _row(f, estimate, lo, hi, how, m, n_boot)
+
+
+def _model_range(f: _Finding, estimate: float) -> dict:
     """A claim about every model's own value: each model's interval, jointly at 95% (Bonferroni).
 
-    A share: Wilson. A mean: its bootstrap standard error (resampled heads, ``counts[model]``,
-    shared by the scope's findings) times Student's t: over a model's hundreds of heads the mean is
-    near normal, and the Bonferroni levels lie too far out for a percentile of 2,000 resamples.
-    (For these findings the cluster is the model.)
+    A share: Wilson on the model's heads counted by its groups' design effect. A mean: its
+    stratified standard error (linearised: the variance Rao–Wu's bootstrap estimates, without
+    drawing it) times Student's t: over a model's hundreds of heads the mean is near normal, and
+    the Bonferroni levels lie too far out for a percentile of 2,000 resamples. A share of vectors
+    (an accuracy) is widened to the Wilson interval of its groups' shares (:func:`_vector_floor`).
     """
-    x = f.cols["x"]
-    start = np.concatenate([[0], np.cumsum(scope.sizes)])
-    blocks = [(m, slice(start[k], start[k + 1])) for k, m in enumerate(scope.clusters)
-              if np.isfinite(x[start[k]:start[k + 1]]).any()]
-    if not blocks:
-        return _row(f, estimate, method="no data")
-    level = 1.0 - (1.0 - LEVEL) / len(blocks)
-    lows, highs = [], []
-    for m, block in blocks:
-        sel = np.isfinite(x[block])
-        xm = x[block][sel]
+    m = len(f.clusters)
+    level = 1.0 - (1.0 - LEVEL) / m
+    nx, sx = f.t["nx"], f.t["sx"]
+    lows, highs, few = [], [], []
+    for k in range(m):
+        sel = f.cluster == k
+        n, s = nx[sel].sum(), sx[sel].sum()
+        if n == 0:
+            lows.append(math.nan)
+            highs.append(math.nan)
+            continue
+        mean = s / n
         if f.stat == "model_range_share":
-            lo, hi = inference.wilson_interval(float(xm.sum()), xm.size, level)
-        elif xm.size < MIN_BOOT:
-            lo = hi = math.nan
+            p = float(mean)
+            most = float((nx[sel] ** 2).sum() / n)
+            deff = 1.0 if most <= 1.0 else (most if p in (0.0, 1.0) else min(most, max(1.0, _linear_var(
+                nx[sel], sx[sel], f.stratum[sel]) / (p * (1 - p) / n))))
+            lo, hi = inference.wilson_interval(s / deff, n / deff, level)
         else:
-            se = float(np.nanstd(inference.weighted_mean(counts[m][:, sel], xm), ddof=1))
-            half = -inference.t_quantile((1.0 - level) / 2.0, xm.size - 1) * se
-            lo, hi = float(xm.mean()) - half, float(xm.mean()) + half
+            units = int(sel.sum())
+            df = units - int(np.unique(f.stratum[sel]).size)
+            if units < MIN_UNITS or df < 1:
+                few.append(f.clusters[k])
+                lo = hi = math.nan
+            else:
+                half = -inference.t_quantile((1.0 - level) / 2.0, df) * math.sqrt(_linear_var(nx[sel], sx[sel], f.stratum[sel]))
+                lo, hi = mean - half, mean + half
+                floor = _vector_floor(f, sel, level)
+                if floor is not None:
+                    lo, hi = min(lo, floor[0]), max(hi, floor[1])
+        lo, hi = _clip(f, lo, hi)
         lows.append(lo)
         highs.append(hi)
-    models = [m for m, _ in blocks]
     lows, highs = np.array(lows), np.array(highs)
-    if not (np.isfinite(lows).all() and np.isfinite(highs).all()):
-        return _row(f, estimate, method=f"a model has too few heads for a bootstrap interval (needs {MIN_BOOT})",
-                    n_units=len(models))
-    how = "Wilson score interval of its share" if f.stat == "model_range_share" else (
-        f"its mean ± t × the bootstrap standard error over its heads ({N_BOOT} resamples)")
-    joint = f", jointly at 95% (Bonferroni over {len(models)} models)" if len(models) > 1 else ""
-    return _row(
-        f, estimate, lows.min(), highs.max(), f"every model's own interval: {how}{joint}", len(models),
-        None if f.stat == "model_range_share" else N_BOOT, low_max=lows.max(), high_min=highs.min(),
-    )
+    if few:
+        return _row(f, estimate, method=f"too few key-head groups for an interval in a model ({few[0]}; needs {MIN_UNITS})",
+                    n_units=m)
+    keep = np.isfinite(lows) & np.isfinite(highs)
+    if not keep.any():
+        return _row(f, estimate, method="no data")
+    how = ("Wilson score interval of its share (heads counted by their groups' design effect)"
+           if f.stat == "model_range_share" else
+           "its mean ± t × its standard error over its key-head groups in strata of layers")
+    if "nvec" in f.t and f.stat == "model_range_mean":
+        how += ", widened to the Wilson interval of its groups' shares of vectors"
+    joint = f", jointly at 95% (Bonferroni over {m} models)" if m > 1 else ""
+    lo, hi, how = _widen_for_bias(f, estimate, float(lows[keep].min()), float(highs[keep].max()),
+                                  f"every model's own interval: {how}{joint}")
+    return _row(f, estimate, lo, hi, how, m, None, low_max=float(lows[keep].max()), high_min=float(highs[keep].min()))
 
 
-def _interval(f: _Finding, scope: _Scope, estimate: float, reps: np.ndarray | None,
-              counts: dict[str, np.ndarray]) -> dict:
-    units = _data_units(f)
-    n = int(units.sum())
+def _linear_var(n: np.ndarray, s: np.ndarray, stratum: np.ndarray) -> float:
+    """Variance of the ratio mean Σs / Σn over units in strata (Taylor linearisation, unbiased within strata)."""
+    N = n.sum()
+    r = s.sum() / N
+    z = (s - r * n) / N
+    return float(inference.stratified_covariance(z[:, None], stratum)[0, 0])
+
+
+def _interval(f: _Finding, reps: _Replicates) -> dict:
+    estimate = _estimate(f)
     if not math.isfinite(estimate):
         return _row(f, estimate, method="no value")
     if f.stat == "exact_max":
         # The drift lemma is an identity of each head's own float64 arithmetic, not a rate among
         # heads: a head not sampled adds no uncertainty, so the value over the ingested heads is exact.
+        n = int(f.t["nx"].sum())
         return _row(f, estimate, estimate, estimate,
                     f"exact: the largest of {n} ingested heads (an identity of each head's arithmetic, no sampling)", n)
     if f.stat == "max":
-        # A maximum of correlations (|r| <= 1) among heads: heads not sampled can only raise it,
-        # so what the sample shows is [observed, 1].
-        return _row(f, estimate, estimate, max(estimate, 1.0),
-                    f"the largest of {n} heads: the largest over all heads lies between it and 1", n)
+        n = int(f.t["nx"].sum())
+        return _row(f, estimate, method=(
+            f"none: the largest of {n} heads has no sampling interval (heads not ingested can only raise it, "
+            "and the largest of many noisy per-head values reads high)"), n_units=n)
     if f.stat.startswith("model_range"):
-        return _model_range(f, scope, estimate, counts)
-    start = np.concatenate([[0], np.cumsum(scope.sizes)])
-    m = int(sum(units[start[i]:start[i + 1]].any() for i in range(len(scope.sizes))))
-    clustered = m > 1 and not f.stat.startswith("arm")
-    top = m if clustered else n
-    if f.stat == "share" and not clustered:
-        k = float(np.nansum(f.cols["x"]))
-        lo, hi = inference.wilson_interval(k, n, LEVEL)
-        return _row(f, estimate, lo, hi, f"Wilson score interval over {n} heads", n)
-    if f.stat == "corr" and not clustered:
-        if n < 4:
-            return _row(f, estimate, method=f"too few heads for an interval ({n})", n_units=n)
-        lo, hi = inference.fisher_z_interval(max(-1.0, min(1.0, estimate)), n, LEVEL)
-        return _row(f, estimate, lo, hi, f"Fisher z over {n} heads", n)
-    if n < MIN_BOOT or top < 2:
-        # Six heads that all show 100% say little about a seventh: resamples of so few heads do
-        # not show the spread that was not sampled.
-        what = f"{n} heads" if n < MIN_BOOT else f"{top} models"
-        return _row(f, estimate, method=f"too few for a bootstrap interval ({what}; needs {MIN_BOOT} heads)", n_units=top)
-    lo, hi = inference.percentile_interval(reps, top, LEVEL)
-    if clustered:
-        how = f"two-stage bootstrap over {m} models, then their heads ({N_BOOT} resamples, expanded percentile)"
-    elif f.stat.startswith("arm"):
-        how = f"paired bootstrap over {n} heads of the two checkpoints ({N_BOOT} resamples, expanded percentile)"
-    else:
-        how = f"bootstrap over {n} heads ({N_BOOT} resamples, expanded percentile)"
-    if f.stat == "share":
-        # The resampled shares cannot leave the observed range (at 0 of n every resample is 0):
-        # the Wilson interval of the pooled heads is the least uncertainty n heads carry.
-        k = float(np.nansum(f.cols["x"]))
-        w_lo, w_hi = inference.wilson_interval(k, n, LEVEL)
-        lo, hi = min(lo, w_lo), max(hi, w_hi)
-        how = f"Wilson score interval over {n} heads, widened to a {how}"
-    return _row(f, estimate, lo, hi, how, top, N_BOOT)
+        return _model_range(f, estimate)
+    if f.by_model:
+        return _population(f, estimate, reps)
+    return _these(f, estimate, reps)
 
 
-def _scope_rows(scope: _Scope) -> list[dict]:
-    boot = [f for f in scope.findings if f.stat not in ("max", "exact_max") and not f.stat.startswith("model_range")]
-    estimates = {f.id: float(v[0]) for f, v in zip(scope.findings, _Evaluator(scope.findings)(np.ones((1, scope.n))).values())}
-    reps: dict[str, list[np.ndarray]] = {f.id: [] for f in boot}
-    if boot:
-        evaluate = _Evaluator(boot)
-        rng = _rng(scope.name, *scope.clusters)
-        chunk = max(1, min(N_BOOT, MAX_WEIGHTS // max(scope.n, 1)))
-        done = 0
-        while done < N_BOOT:
-            W = inference.bootstrap_counts(scope.sizes, min(chunk, N_BOOT - done), rng)
-            for fid, r in evaluate(W).items():
-                reps[fid].append(r)
-            done += W.shape[0]
-    counts: dict[str, np.ndarray] = {}
-    if any(f.stat == "model_range_mean" for f in scope.findings):
-        # Each model's heads resampled within it, once for all of the scope's per-model findings.
-        for k, cluster in enumerate(scope.clusters):
-            counts[cluster] = inference.bootstrap_counts(np.array([scope.sizes[k]]), N_BOOT, _rng(scope.name, cluster))
-    return [
-        _interval(f, scope, estimates[f.id], np.concatenate(reps[f.id]) if f.id in reps else None, counts)
-        for f in scope.findings
-    ]
+def snapshot_inputs(con: duckdb.DuckDBPyConnection) -> None:
+    """Compute ``finding_inputs`` once for this connection: a temporary table of its rows shadows the view.
+
+    The intervals and the findings view both read every row of it (~30 per head); a publish's
+    refresh computes it once for both. Only for a connection that reads, then closes: the table
+    does not follow later changes (params shadowed afterwards, say).
+    """
+    db = con.execute("select current_database()").fetchall()[0][0]
+    con.execute(f'create or replace temp table finding_inputs as select * from "{db}".main.finding_inputs')
 
 
 def compute(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = None) -> pa.Table:
@@ -387,9 +808,10 @@ def compute(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = None) 
     """
     fingerprint = _fingerprint(con)
     rows: list[dict] = []
+    reps = _Replicates()
     with np.errstate(all="ignore"):
-        for scope in _read_inputs(con, ids):
-            rows.extend(_scope_rows(scope))
+        for f in _read(con, ids):
+            rows.append(_interval(f, reps))
     columns = {c.name: [r[c.name] for r in rows] for c in FINDING_INTERVALS.columns if c.name in _ROW_COLUMNS}
     columns.update(fingerprint=fingerprint, computed_at=dt.datetime.now(dt.timezone.utc))
     if not rows:

@@ -36,7 +36,7 @@ import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -591,6 +591,10 @@ class Ranges:
     ring_fraction: float = 0.125  # ring planes per head as a fraction of head_dim (16 of 128)
     min_turns: float = 16.0  # ring planes turn at least this often over the position range (slow rings leak
     # linear position covariance, ≈ radius / ω per coordinate, which would tilt the drift axis)
+    # How alike the heads of one layer are, and the query heads of one key head besides: the correlation
+    # of the normal scores behind their drawn values (0: independent draws, the draws of earlier versions).
+    layer_likeness: float = 0.0
+    group_likeness: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.slope_ratio > 0 and math.isfinite(self.slope_ratio)):
@@ -603,6 +607,47 @@ class Ranges:
                 raise QkdbError(f"range {name} = ({lo}, {hi}) is not an interval")
         if self.noise[0] < 0 or self.m0_norm[0] < 0 or self.phase_jitter < 0 or self.slope_ratio_spread < 0:
             raise QkdbError("noise, m0_norm, phase_jitter and slope_ratio_spread ranges must be >= 0")
+        lk, gk = self.layer_likeness, self.group_likeness
+        if not (0.0 <= lk <= 1.0 and 0.0 <= gk <= 1.0 and lk + gk <= 1.0):
+            raise QkdbError(f"layer and group likeness must be >= 0 with a sum <= 1, got {lk} and {gk}")
+
+    @property
+    def alike(self) -> bool:
+        """Whether heads share part of their draws (:attr:`layer_likeness`, :attr:`group_likeness`)."""
+        return self.layer_likeness > 0.0 or self.group_likeness > 0.0
+
+
+# Normal scores per drawn quantity that heads of one layer (or one key head) share when alike: a
+# fixed slot per quantity, so that a head's draw of one does not depend on how many others it drew.
+_SLOTS = ("alpha_k", "mu_k_a", "sep_ref", "noise", "m0_norm", "radius", "sign", "mu_q_a", "ratio", "sep")
+
+
+def shared_scores(rng: np.random.Generator) -> np.ndarray:
+    """The normal scores a layer or a key head shares with its heads (one per drawn quantity)."""
+    return rng.standard_normal(len(_SLOTS))
+
+
+class _Alike:
+    """Uniforms and normals for one head: its own scores mixed with its layer's and its key head's.
+
+    ``z = √λ_L z_layer + √λ_G z_group + √(1 − λ_L − λ_G) z_own`` per quantity, so two query heads of
+    one key head correlate λ_L + λ_G in every score and two heads of one layer λ_L.
+    """
+
+    def __init__(self, rng: np.random.Generator, layer_w: float, layer: np.ndarray | None,
+                 group_w: float = 0.0, group: np.ndarray | None = None):
+        z = rng.standard_normal(len(_SLOTS)) * math.sqrt(max(0.0, 1.0 - layer_w - group_w))
+        if layer is not None:
+            z += math.sqrt(layer_w) * layer
+        if group is not None:
+            z += math.sqrt(group_w) * group
+        self.z = dict(zip(_SLOTS, z))
+
+    def normal(self, slot: str) -> float:
+        return float(self.z[slot])
+
+    def uniform(self, slot: str, lo: float, hi: float) -> float:
+        return lo + (hi - lo) * 0.5 * math.erfc(-self.z[slot] / math.sqrt(2.0))
 
 
 def ring_plane_candidates(d: int, rope_theta: float, max_position: int, min_turns: float) -> np.ndarray:
@@ -614,14 +659,29 @@ def ring_plane_candidates(d: int, rope_theta: float, max_position: int, min_turn
 
 
 def draw_key_params(
-    rng: np.random.Generator, d: int, *, rope_theta: float | None, max_position: int, ranges: Ranges
+    rng: np.random.Generator, d: int, *, rope_theta: float | None, max_position: int, ranges: Ranges,
+    layer_scores: np.ndarray | None = None,
 ) -> HeadParams:
-    """Key-side parameters of one key head (query-side fields are placeholders, see :func:`draw_query_params`)."""
-    alpha_k = rng.uniform(*ranges.alpha_k)
-    mu_k_a = rng.uniform(*ranges.mu_k_a)
-    sep_ref = rng.uniform(*ranges.sep)
-    noise = rng.uniform(*ranges.noise)
-    m0_norm = rng.uniform(*ranges.m0_norm)
+    """Key-side parameters of one key head (query-side fields are placeholders, see :func:`draw_query_params`).
+
+    With ``ranges.layer_likeness`` > 0, ``layer_scores`` (:func:`shared_scores`, one draw per layer)
+    make the key heads of a layer alike; without likeness the draws are those of earlier versions.
+    """
+    if ranges.alike:
+        # A key head's values are shared by its query heads: it mixes its layer's scores into its own.
+        alike = _Alike(rng, ranges.layer_likeness, layer_scores)
+        alpha_k = alike.uniform("alpha_k", *ranges.alpha_k)
+        mu_k_a = alike.uniform("mu_k_a", *ranges.mu_k_a)
+        sep_ref = alike.uniform("sep_ref", *ranges.sep)
+        noise = alike.uniform("noise", *ranges.noise)
+        m0_norm = alike.uniform("m0_norm", *ranges.m0_norm)
+        radius_u = alike.uniform("radius", 0.0, 1.0)
+    else:
+        alpha_k = rng.uniform(*ranges.alpha_k)
+        mu_k_a = rng.uniform(*ranges.mu_k_a)
+        sep_ref = rng.uniform(*ranges.sep)
+        noise = rng.uniform(*ranges.noise)
+        m0_norm = rng.uniform(*ranges.m0_norm)
     planes: tuple[int, ...] = ()
     radius: tuple[float, ...] = ()
     phase_k: tuple[float, ...] = ()
@@ -630,7 +690,13 @@ def draw_key_params(
         # Keep at least two coordinates free for u and w.
         n = min(cand.size, max(1, int(round(ranges.ring_fraction * d))), max(0, (d - 2) // 2))
         planes = tuple(int(p) for p in np.sort(rng.choice(cand, size=n, replace=False))) if n else ()
-        radius = tuple(float(r) for r in rng.uniform(*ranges.ring_radius, size=n))
+        if ranges.alike:
+            # (one shared level for the head's rings, spread around it by a quarter of the range)
+            lo, hi = ranges.ring_radius
+            centre = lo + (hi - lo) * radius_u
+            radius = tuple(float(np.clip(r, lo, hi)) for r in centre + 0.25 * (hi - lo) * rng.uniform(-1, 1, size=n))
+        else:
+            radius = tuple(float(r) for r in rng.uniform(*ranges.ring_radius, size=n))
         phase_k = tuple(float(p) for p in rng.uniform(0, 2 * np.pi, size=n))
     return HeadParams(
         mu_k_a=float(mu_k_a),
@@ -646,13 +712,28 @@ def draw_key_params(
     )
 
 
-def draw_query_params(rng: np.random.Generator, key: HeadParams, *, ranges: Ranges) -> HeadParams:
-    """A query head of the group of ``key``: its own mu_q_a, alpha_q, sep and ring phases."""
-    sign = -1.0 if rng.random() < ranges.negative_fraction else 1.0
-    mu_q_a = sign * rng.uniform(*ranges.mu_q_a)
-    ratio = ranges.slope_ratio * math.exp(ranges.slope_ratio_spread * rng.standard_normal())
+def draw_query_params(
+    rng: np.random.Generator, key: HeadParams, *, ranges: Ranges,
+    layer_scores: np.ndarray | None = None, group_scores: np.ndarray | None = None,
+) -> HeadParams:
+    """A query head of the group of ``key``: its own mu_q_a, alpha_q, sep and ring phases.
+
+    With likeness (``ranges.layer_likeness``, ``ranges.group_likeness``) its draws share the scores of
+    its layer and of its key head (:func:`shared_scores`): the query heads of one key head become
+    near-copies as ``group_likeness`` approaches 1 − ``layer_likeness``.
+    """
+    if ranges.alike:
+        alike = _Alike(rng, ranges.layer_likeness, layer_scores, ranges.group_likeness, group_scores)
+        sign = -1.0 if alike.uniform("sign", 0.0, 1.0) < ranges.negative_fraction else 1.0
+        mu_q_a = sign * alike.uniform("mu_q_a", *ranges.mu_q_a)
+        ratio = ranges.slope_ratio * math.exp(ranges.slope_ratio_spread * alike.normal("ratio"))
+        sep = alike.uniform("sep", *ranges.sep)
+    else:
+        sign = -1.0 if rng.random() < ranges.negative_fraction else 1.0
+        mu_q_a = sign * rng.uniform(*ranges.mu_q_a)
+        ratio = ranges.slope_ratio * math.exp(ranges.slope_ratio_spread * rng.standard_normal())
+        sep = rng.uniform(*ranges.sep)
     alpha_q = key.alpha_k / ratio
-    sep = rng.uniform(*ranges.sep)
     phase_q = tuple(float(p) for p in rng.uniform(0, 2 * np.pi, size=len(key.ring_planes)))
     return dataclasses.replace(key, mu_q_a=float(mu_q_a), alpha_q=float(alpha_q), sep=float(sep), phase_q=phase_q)
 
@@ -660,7 +741,7 @@ def draw_query_params(rng: np.random.Generator, key: HeadParams, *, ranges: Rang
 # --------------------------------------------------------------------------- writing a dataset
 
 # Purposes of the independent random streams: (seed, purpose, layer, head).
-_SAMPLE, _KEY_PARAMS, _QUERY_PARAMS, _FRAME, _KEY_VECTORS, _QUERY_VECTORS = range(6)
+_SAMPLE, _KEY_PARAMS, _QUERY_PARAMS, _FRAME, _KEY_VECTORS, _QUERY_VECTORS, _LAYER_SCORES, _GROUP_SCORES = range(8)
 
 
 def _stream(seed: int, purpose: int, layer: int = 0, head: int = 0) -> np.random.Generator:
@@ -765,6 +846,10 @@ class SimSpec:
         Ranges of the drawn parameters (:class:`Ranges`).
     positions
         ``"stratified"`` (default) or ``"iid"`` position sampling, see :func:`draw_positions`.
+    layer_seed
+        Seeds what the heads of a layer share when ``ranges.layer_likeness`` > 0 (default ``seed``):
+        the same ``layer_seed`` with other ``seed`` values gives new heads in the same layers (one model's
+        heads drawn again, as a calibration of intervals about that model needs).
 
     Raises
     ------
@@ -790,6 +875,7 @@ class SimSpec:
     nope_layers: tuple[int, ...] = ()
     ranges: Ranges = dataclasses.field(default_factory=Ranges)
     positions: str = "stratified"
+    layer_seed: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("layers", "q_heads", "kv_heads", "head_dim", "vectors", "max_position", "n_examples"):
@@ -896,6 +982,53 @@ def _settle_overrides(spec: SimSpec) -> tuple[dict[tuple[int, int], HeadParams],
     return overrides, override_keys
 
 
+@dataclass(frozen=True)
+class SimFile:
+    """One generated head file: its kind (``"q"`` or ``"k"``), where it sits, and its vectors."""
+
+    kind: str
+    layer: int
+    head: int  # the query head, or for a key file its key head
+    kv_head: int
+    params: HeadParams  # the query head's parameters (for a key file: its group's key side)
+    frame: Frame
+    vectors: tuple[np.ndarray, np.ndarray, np.ndarray]  # (X, t, example_id)
+
+
+def generate(spec: SimSpec) -> Iterator[SimFile]:
+    """Every file of the dataset ``spec`` describes, in memory: each key head, then its query heads.
+
+    What :func:`simulate` writes, without writing it (benchmarks compute metrics from these directly).
+    """
+    overrides, override_keys = _settle_overrides(spec)
+    yield from _generate(spec, _plan_groups(spec), overrides, override_keys)
+
+
+def _generate(spec: SimSpec, groups, overrides, override_keys) -> Iterator[SimFile]:
+    sampling = dict(max_position=spec.max_position, n_examples=spec.n_examples, positions=spec.positions)
+    alike = spec.ranges.alike
+    for (layer, kv), heads in groups.items():
+        theta = spec.layer_theta(layer)
+        layer_seed = spec.seed if spec.layer_seed is None else spec.layer_seed
+        layer_scores = shared_scores(_stream(layer_seed, _LAYER_SCORES, layer)) if alike else None
+        group_scores = shared_scores(_stream(spec.seed, _GROUP_SCORES, layer, kv)) if alike else None
+        key_p = override_keys.get((layer, kv)) or draw_key_params(
+            _stream(spec.seed, _KEY_PARAMS, layer, kv), spec.head_dim, rope_theta=theta,
+            max_position=spec.max_position, ranges=spec.ranges, layer_scores=layer_scores,
+        )
+        frame = make_frame(key_p, spec.head_dim, rope_theta=theta, pairing=spec.pairing,
+                           rng=_stream(spec.seed, _FRAME, layer, kv))
+        yield SimFile("k", layer, kv, kv, key_p, frame, key_vectors(
+            key_p, frame, spec.vectors, rng=_stream(spec.seed, _KEY_VECTORS, layer, kv), **sampling))
+        for h in heads:
+            p = overrides.get((layer, h)) or draw_query_params(
+                _stream(spec.seed, _QUERY_PARAMS, layer, h), key_p, ranges=spec.ranges,
+                layer_scores=layer_scores, group_scores=group_scores,
+            )
+            yield SimFile("q", layer, h, kv, p, frame, query_vectors(
+                p, frame, spec.vectors, rng=_stream(spec.seed, _QUERY_VECTORS, layer, h), **sampling))
+
+
 def _write_groups(out, spec: SimSpec, groups, overrides, override_keys, workers, progress) -> tuple[dict, dict]:
     """Generate every group (its key head, then its query heads) and write their files on threads."""
     records: dict[str, dict] = {}
@@ -914,34 +1047,21 @@ def _write_groups(out, spec: SimSpec, groups, overrides, override_keys, workers,
                 progress(done, total)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-
-        def submit(layer: int, head: int, kind: str, vectors: tuple) -> None:
-            x, t, ex = vectors
+        for f in _generate(spec, groups, overrides, override_keys):
+            x, t, ex = f.vectors
             pending.append(pool.submit(
-                write_head, out, layer, head, kind, x, t, example_id=ex, bucket=position_buckets(t), dtype=spec.dtype,
+                write_head, out, f.layer, f.head, f.kind, x, t, example_id=ex, bucket=position_buckets(t),
+                dtype=spec.dtype,
             ))
+            if f.kind == "k":
+                key_records[f"l{f.layer:02d}h{f.kv_head:02d}"] = {
+                    "layer": f.layer, "kv_head": f.kv_head, "q_heads": groups[(f.layer, f.kv_head)],
+                    "rope": spec.layer_theta(f.layer) is not None,
+                }
+            else:
+                records[f"l{f.layer:02d}h{f.head:02d}"] = _head_record(
+                    f.layer, f.head, f.kv_head, f.params, f.frame, spec.max_position)
             settle(2 * max(1, workers))
-
-        sampling = dict(max_position=spec.max_position, n_examples=spec.n_examples, positions=spec.positions)
-        for (layer, kv), heads in groups.items():
-            theta = spec.layer_theta(layer)
-            key_p = override_keys.get((layer, kv)) or draw_key_params(
-                _stream(spec.seed, _KEY_PARAMS, layer, kv), spec.head_dim, rope_theta=theta,
-                max_position=spec.max_position, ranges=spec.ranges,
-            )
-            frame = make_frame(key_p, spec.head_dim, rope_theta=theta, pairing=spec.pairing,
-                               rng=_stream(spec.seed, _FRAME, layer, kv))
-            submit(layer, kv, "k", key_vectors(key_p, frame, spec.vectors,
-                                               rng=_stream(spec.seed, _KEY_VECTORS, layer, kv), **sampling))
-            key_records[f"l{layer:02d}h{kv:02d}"] = {"layer": layer, "kv_head": kv, "q_heads": heads,
-                                                     "rope": theta is not None}
-            for h in heads:
-                p = overrides.get((layer, h)) or draw_query_params(
-                    _stream(spec.seed, _QUERY_PARAMS, layer, h), key_p, ranges=spec.ranges,
-                )
-                submit(layer, h, "q", query_vectors(p, frame, spec.vectors,
-                                                    rng=_stream(spec.seed, _QUERY_VECTORS, layer, h), **sampling))
-                records[f"l{layer:02d}h{h:02d}"] = _head_record(layer, h, kv, p, frame, spec.max_position)
         settle(0)
     return records, key_records
 
@@ -974,6 +1094,7 @@ def _write_description(out: Path, spec: SimSpec, records: dict, key_records: dic
         "nope_layers": list(spec.nope_layers),
         **{k: v for k, v in capture.items() if k != "planted"},
         "ranges": dataclasses.asdict(spec.ranges),
+        "layer_seed": spec.layer_seed,
         "overridden_heads": sorted(f"l{l:02d}h{h:02d}" for l, h in spec.overrides),
     }
     planted = {"format": PLANTED_FORMAT, "settings": settings, "heads": records, "key_heads": key_records}

@@ -26,6 +26,7 @@ class KindData:
     moments: Moments
     source: str  # file path, for error messages
     bad_rows_dropped: int = 0  # rows dropped for values no head produces (drop_bad_vectors)
+    texts: np.ndarray | None = None  # the distinct example ids of its vectors (None: the file has none)
 
 
 @dataclass
@@ -103,7 +104,8 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
         raise InputError(
             f"{source}: all {m.n} vectors have position {data.positions[0]:g}; nothing about position can be measured"
         )
-    return KindData(data, m, source, dropped)
+    texts = None if data.example_id is None else np.unique(data.example_id)
+    return KindData(data, m, source, dropped, texts)
 
 
 def _check_enough(n: int, source: str, options: IngestOptions) -> None:
@@ -143,6 +145,7 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         "n_dropped": q.data.n_dropped + k.data.n_dropped,
         "position_min": int(t_all.min()),
         "position_max": int(t_all.max()),
+        "n_texts": None if q.texts is None or k.texts is None else int(np.union1d(q.texts, k.texts).size),
         "sliding_window": q.data.sliding_window,
         "depth": ctx.depth,
         "depth_bin": ctx.depth_bin,

@@ -18,10 +18,15 @@ FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output for
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
 
 # The terminal shows what a reader needs, one line per finding; every other format carries every column.
-TERMINAL_COLUMNS = ("id", "measured", "seed_value", "status")  # measured: value [95% interval]
-HEADERS = {"id": "id", "measured": "measured [95% interval]", "seed_value": "seed", "status": "status"}
+# measured: value [95% interval]; estimand: what the interval is about, shortened here ("models: these"
+# or "models: like these"; in full in every other format).
+TERMINAL_COLUMNS = ("id", "measured", "estimand", "seed_value", "status")
+HEADERS = {"id": "id", "measured": "measured [95% interval]", "estimand": "models", "seed_value": "seed",
+           "status": "status"}
+SHORT = {"estimand": {"these models": "these", "models like these": "like these"}}
 # What a narrow terminal may wrap inside its column (at spaces), in this order; ids and verdicts never
-# give up a character (an id is a key: cut, the Q and K rows of a finding read alike).
+# give up a character (an id is a key: cut, the Q and K rows of a finding read alike). Where wrapping is
+# not enough, the estimand's column goes first, then each finding becomes a record.
 WRAP_ORDER = ("seed_value", "measured")
 STATUS_COLOURS = {"holds": "green", "does not hold": "red", "inconclusive": "yellow", "no data": "bright_black"}
 
@@ -131,22 +136,29 @@ def compact_lines(rows: list[dict], width: int | None = None, colour: bool = Fal
     """
     import textwrap
 
-    cols = list(TERMINAL_COLUMNS)
-    header = [HEADERS[c] for c in cols]
-    cells = [["" if r[c] is None else str(r[c]) for c in cols] for r in rows]
-    widths = {c: max(len(line[i]) for line in [header, *cells]) for i, c in enumerate(cols)}
+    def cell(r: dict, c: str) -> str:
+        return "" if r.get(c) is None else SHORT.get(c, {}).get(r[c], str(r[c]))
+
     gap = "  "
+    for cols in (list(TERMINAL_COLUMNS), [c for c in TERMINAL_COLUMNS if c != "estimand"]):
+        header = [HEADERS[c] for c in cols]
+        cells = [[cell(r, c) for c in cols] for r in rows]
+        widths = {c: max(len(line[i]) for line in [header, *cells]) for i, c in enumerate(cols)}
 
-    def over() -> int:
-        return sum(widths.values()) + len(gap) * (len(cols) - 1) - (width or 0)
+        def over() -> int:
+            return sum(widths.values()) + len(gap) * (len(cols) - 1) - (width or 0)
 
-    if width is not None:
+        if width is None:
+            break
         for c in WRAP_ORDER:
             i = cols.index(c)
             least = max([len(header[i])] + [len(word) for line in cells for word in line[i].split()])
             widths[c] -= max(0, min(over(), widths[c] - least))
-        if over() > 0:
-            return _record_lines(header, cells, width, colour)
+        if over() <= 0:
+            break
+    else:  # records carry every column, the estimand's too
+        header = [HEADERS[c] for c in TERMINAL_COLUMNS]
+        return _record_lines(header, [[cell(r, c) for c in TERMINAL_COLUMNS] for r in rows], width, colour)
 
     def style(text: str, k: int, status: str | None) -> str:
         if not colour:

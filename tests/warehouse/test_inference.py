@@ -53,37 +53,61 @@ def test_fisher_z_matches_scipy():
     assert inf.fisher_z_interval(1.0, 10) == (1.0, 1.0)
 
 
-def test_expanded_levels_widen_small_samples_and_tend_to_the_plain_ones():
-    levels = [inf.expanded_levels(n)[0] for n in (2, 3, 5, 10, 30, 300, 30000)]
-    assert all(a < b for a, b in zip(levels, levels[1:]))  # wider for fewer units
-    assert levels[0] < 1e-6 and levels[-1] == pytest.approx(0.025, abs=2e-4)
-    lo, hi = inf.expanded_levels(20)
+def test_t_levels_widen_few_degrees_of_freedom_and_tend_to_the_plain_ones():
+    levels = [inf.t_levels(df)[0] for df in (1, 2, 4, 9, 29, 299, 29999)]
+    assert all(a < b for a, b in zip(levels, levels[1:]))  # wider for fewer degrees of freedom
+    assert levels[-1] == pytest.approx(0.025, abs=2e-4)
+    # Read at these levels, normal replicates give exactly the t interval.
+    q = inf.t_levels(5)[0]
+    assert stats.norm.ppf(q) == pytest.approx(stats.t.ppf(0.025, 5))
+    lo, hi = inf.t_levels(20)
     assert lo + hi == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="at least 2"):
-        inf.expanded_levels(1)
+    with pytest.raises(ValueError, match="at least 1 degree"):
+        inf.t_levels(0)
 
 
 # --------------------------------------------------------------------------------------- resampling
 
 
-def test_bootstrap_counts_one_cluster_is_the_ordinary_bootstrap():
-    W = inf.bootstrap_counts(np.array([50]), 4000, np.random.default_rng(1))
-    assert W.shape == (4000, 50) and (W.sum(axis=1) == 50).all()
-    assert W.mean() == pytest.approx(1.0, abs=0.01) and W.var() == pytest.approx(1 - 1 / 50, abs=0.03)
+def test_rao_wu_weights_keep_every_stratum_and_give_the_unbiased_variance():
+    strata = np.array([0, 0, 1, 1, 1, 2, 3, 3, 3, 3, 0])  # (any order; stratum 2 has one unit)
+    W = inf.rao_wu_weights(strata, 20000, np.random.default_rng(1))
+    assert W.shape == (20000, strata.size)
+    for h in np.unique(strata):
+        members = strata == h
+        # Every resample keeps the stratum's total weight: strata are not resampled.
+        assert np.allclose(W[:, members].sum(axis=1), members.sum())
+    assert (W[:, strata == 2] == 1).all()  # a stratum of one cannot show its spread
+    # The resampled stratified mean has the unbiased variance of the stratified mean, sum_h w_h^2 s_h^2 / n_h.
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=strata.size) * (1 + strata)
+    means = W @ x / strata.size
+    expected = sum(
+        (np.sum(strata == h) / strata.size) ** 2 * np.var(x[strata == h], ddof=1) / np.sum(strata == h)
+        for h in np.unique(strata) if np.sum(strata == h) > 1
+    )
+    assert means.var() == pytest.approx(expected, rel=0.05)
+    assert means.mean() == pytest.approx(x.mean(), abs=0.02)
+    again = inf.rao_wu_weights(strata, 20000, np.random.default_rng(1))
+    assert (again == W).all()  # deterministic for a seed
 
 
-def test_bootstrap_counts_two_stages_draw_whole_clusters():
-    sizes = np.array([3, 5, 2, 7])
-    W = inf.bootstrap_counts(sizes, 3000, np.random.default_rng(2))
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    per_cluster = np.stack([W[:, a:b].sum(axis=1) for a, b in zip(starts, starts[1:])], axis=1)
-    # Each cluster is drawn a whole number of times, each draw bringing as many units as it has.
-    draws = per_cluster / sizes
-    assert np.allclose(draws, np.round(draws)) and (np.round(draws).sum(axis=1) == len(sizes)).all()
-    assert W.mean(axis=0) == pytest.approx(np.ones(sizes.sum()), abs=0.08)
-    # Deterministic for a seed.
-    again = inf.bootstrap_counts(sizes, 3000, np.random.default_rng(2))
-    assert (again == W).all()
+def test_stratified_covariance_is_the_covariance_of_the_resampled_sums():
+    rng = np.random.default_rng(3)
+    strata = np.repeat([0, 1, 2], [5, 3, 8])
+    T = rng.normal(size=(strata.size, 3)) + strata[:, None]
+    W = inf.rao_wu_weights(strata, 40000, np.random.default_rng(4))
+    empirical = np.cov((W @ T).T)
+    assert inf.stratified_covariance(T, strata) == pytest.approx(empirical, rel=0.06, abs=0.05)
+
+
+def test_jackknife_over_equal_clusters_is_the_t_interval_on_their_means():
+    means = np.array([0.31, 0.18, 0.27, 0.40])
+    loo = np.array([(means.sum() - m) / 3 for m in means])
+    lo, hi = inf.jackknife_interval(means.mean(), loo)
+    ref = stats.t.interval(0.95, 3, loc=means.mean(), scale=stats.sem(means))
+    assert (lo, hi) == (pytest.approx(ref[0]), pytest.approx(ref[1]))
+    assert all(math.isnan(v) for v in inf.jackknife_interval(0.3, np.array([0.3])))
 
 
 def test_weighted_statistics_equal_the_statistics_of_the_resampled_multiset():
@@ -91,7 +115,7 @@ def test_weighted_statistics_equal_the_statistics_of_the_resampled_multiset():
     x = rng.lognormal(size=31)
     y = 0.5 * x + rng.normal(size=31)
     x[4] = np.nan  # a head without a value is left out
-    W = inf.bootstrap_counts(np.array([31]), 200, rng)
+    W = rng.multinomial(31, np.full(31, 1 / 31), size=200).astype(float)
     means, medians, corrs = inf.weighted_mean(W, x), inf.weighted_median(W, x), inf.weighted_corr(W, x, y)
     ok = np.isfinite(x)
     for b in range(W.shape[0]):
@@ -103,6 +127,22 @@ def test_weighted_statistics_equal_the_statistics_of_the_resampled_multiset():
     # Uniform weights give the plain statistics (what the SQL view measures).
     one = np.ones((1, 31))
     assert inf.weighted_median(one, x)[0] == pytest.approx(np.nanmedian(x))
+
+
+def test_medians_under_real_weights_and_grouped_weights_agree():
+    rng = np.random.default_rng(5)
+    x = rng.lognormal(size=40)
+    x[[3, 17]] = np.nan
+    group = rng.integers(0, 6, size=40)
+    Wg = inf.rao_wu_weights(np.zeros(6, dtype=int), 300, rng)  # (weights of 6/5 per draw)
+    by_value = inf.weighted_median(Wg[:, group], x)
+    assert inf.grouped_weighted_median(Wg, x, group) == pytest.approx(by_value)
+    # Whole-number weights: the median of the multiset, as DuckDB's median (the middle two averaged).
+    counts = np.array([[2, 0, 1, 1, 0, 2]], dtype=float)
+    idx = np.repeat(np.arange(40), counts[0][group].astype(int))
+    idx = idx[np.isfinite(x[idx])]
+    assert inf.grouped_weighted_median(counts, x, group)[0] == pytest.approx(np.median(x[idx]))
+    assert inf.weighted_median(counts[:, group], x)[0] == pytest.approx(np.median(x[idx]))
 
 
 def test_weighted_statistics_without_data_are_nan():
@@ -133,31 +173,54 @@ def test_bootstrap_of_a_median_covers_it():
     truth = 1.8  # the simulator's planted median slope ratio: lognormal around log 1.8
 
     def interval(x, r):
-        W = inf.bootstrap_counts(np.array([x.size]), 1000, r)
-        return inf.percentile_interval(inf.weighted_median(W, x), x.size)
+        W = inf.rao_wu_weights(np.zeros(x.size, dtype=int), 1000, r)
+        return inf.percentile_interval(inf.weighted_median(W, x), x.size - 1)
 
     cov = _coverage(lambda r: truth * np.exp(0.25 * r.normal(size=40)), interval, truth, reps=200)
     assert cov >= 0.90
 
 
-def test_two_stage_bootstrap_covers_a_mean_over_heterogeneous_models():
+def _models(r, truth=0.3, between=0.08, within=0.1, sizes=(40, 25, 60, 30, 50, 35, 45, 20)):
+    centres = truth + between * r.normal(size=len(sizes))
+    return [c + within * r.normal(size=n) for c, n in zip(centres, sizes)]
+
+
+def test_a_bootstrap_over_models_covers_a_mean_over_heterogeneous_models():
     # Eight models whose heads scatter around a model-level mean: heads of one model are not
     # independent draws of the population, and an interval that treated them so would under-cover.
-    truth, between, within = 0.3, 0.08, 0.1
-    sizes = np.array([40, 25, 60, 30, 50, 35, 45, 20])
+    truth = 0.3
 
-    def draw(r):
-        centres = truth + between * r.normal(size=sizes.size)
-        return np.concatenate([c + within * r.normal(size=n) for c, n in zip(centres, sizes)])
+    def over_models(models, r):
+        sums = np.array([[m.size, m.sum()] for m in models])
+        W = inf.rao_wu_weights(np.zeros(len(models), dtype=int), 1000, r)
+        S = W @ sums
+        return inf.percentile_interval(S[:, 1] / S[:, 0], len(models) - 1)
 
-    def two_stage(x, r):
-        W = inf.bootstrap_counts(sizes, 1000, r)
-        return inf.percentile_interval(inf.weighted_mean(W, x), sizes.size)
+    def heads_only(models, r):
+        x = np.concatenate(models)
+        W = inf.rao_wu_weights(np.zeros(x.size, dtype=int), 1000, r)
+        return inf.percentile_interval(inf.weighted_mean(W, x), x.size - 1)
 
-    def heads_only(x, r):
-        W = inf.bootstrap_counts(np.array([x.size]), 1000, r)
-        return inf.percentile_interval(inf.weighted_mean(W, x), x.size)
+    assert _coverage(_models, over_models, truth, reps=200) >= 0.90
+    # The naive head bootstrap misses the between-model variation (the reason models are resampled).
+    assert _coverage(_models, heads_only, truth, reps=200) < 0.6
 
-    assert _coverage(draw, two_stage, truth, reps=200) >= 0.90
-    # The naive head bootstrap misses the between-model variation (the reason for two stages).
-    assert _coverage(draw, heads_only, truth, reps=200) < 0.6
+
+def test_the_jackknife_keeps_its_coverage_over_three_models_where_a_bootstrap_cannot():
+    truth = 0.3
+
+    def means(models):
+        return np.array([m.mean() for m in models])
+
+    def jackknife(models, r):
+        m = means(models)
+        loo = np.array([(m.sum() - v) / (m.size - 1) for v in m])
+        return inf.jackknife_interval(m.mean(), loo)
+
+    def bootstrap(models, r):
+        W = inf.rao_wu_weights(np.zeros(3, dtype=int), 1000, r)
+        return inf.percentile_interval(W @ means(models) / 3, 2)
+
+    three = lambda r: _models(r, sizes=(40, 40, 40))  # noqa: E731
+    assert _coverage(three, jackknife, truth, reps=300) >= 0.92
+    assert _coverage(three, bootstrap, truth, reps=300) < 0.85

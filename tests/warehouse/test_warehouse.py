@@ -57,6 +57,9 @@ def test_ingest_fills_every_core_table(dataset, home):
         assert n_pos == 8 and 1.6 < ratio < 2.4
         depth = con.execute("select distinct depth, depth_bin from heads order by depth").fetchall()
         assert depth == [(0.0, 0), (1.0, 9)]
+        # What a reader needs to judge the finite-vector bias: vectors, dimension, and the texts
+        # they come from (the toy dataset's example ids are 0-3, in queries and keys alike).
+        assert con.execute("select distinct n_q, n_k, head_dim, n_texts from heads").fetchall() == [(800, 800, 16, 4)]
     finally:
         con.close()
 

@@ -1,0 +1,188 @@
+"""The findings' intervals (qkdb.warehouse.intervals): what they resample, what they are about, and their bounds.
+
+On planted warehouse tables (tests/helpers/tables.py) through the real views, as at publish time.
+The calibration against planted truths is benchmarks/calibration.py's (a reduced run is in
+tests/test_calibration_quick.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from helpers.tables import MODELS, build_tables, make_connection
+
+from qkdb.warehouse import intervals
+from qkdb.warehouse.inference import wilson_interval
+from qkdb.warehouse.views import restrict_models
+
+STANDALONE = [(f"m{i:02d}", "Fam A" if i % 2 else "Fam B", None, None, None, None) for i in range(intervals.MIN_MODELS)]
+
+
+def _by_id(table: pa.Table) -> dict[tuple[str, str], dict]:
+    return {(r["id"], r["scope"]): r for r in table.to_pylist()}
+
+
+def _copied(tables: dict[str, pa.Table], copies: int = 4) -> dict[str, pa.Table]:
+    """Every query head copied ``copies`` times into the GQA group of its own key head (no new information)."""
+    out = dict(tables)
+    for name in ("heads", "pca", "rotation", "complement", "rope_planes", "points"):
+        t = tables[name]
+        if t.num_rows == 0:
+            continue
+        parts = []
+        for c in range(copies):
+            head = pa.compute.add(pa.compute.multiply(t["head"], copies), c)
+            part = t.set_column(t.schema.get_field_index("head"), "head", head.cast(pa.int32()))
+            if name == "heads":  # the copies read their original's key head
+                part = part.set_column(part.schema.get_field_index("kv_head"), "kv_head", t["head"])
+            parts.append(part)
+        out[name] = pa.concat_tables(parts)
+    m = tables["models"]
+    for col, factor in (("n_q_heads", copies), ("gqa_ratio", copies)):
+        i = m.schema.get_field_index(col)
+        m = m.set_column(i, col, pa.compute.multiply(m[col], factor).cast(m.schema.field(col).type))
+    out["models"] = m
+    return out
+
+
+def _widths(con) -> dict[tuple[str, str], float]:
+    return {k: r["ci_high"] - r["ci_low"] for k, r in _by_id(intervals.compute(con)).items()
+            if r["ci_low"] is not None and r["ci_high"] is not None}
+
+
+@pytest.mark.parametrize("models", [["a1"], None], ids=["one model", "pooled models"])
+def test_copying_query_heads_into_gqa_groups_leaves_every_interval_as_it_was(models):
+    tables = build_tables()
+    original, copied = make_connection(tables), make_connection(_copied(tables))
+    for con in (original, copied):
+        if models:
+            restrict_models(con, models)
+    before, after = _widths(original), _widths(copied)
+    assert before.keys() == after.keys() and len(before) > 20
+    for key, width in before.items():
+        # Sums and medians resample the same groups: the same width; shares and correlations
+        # estimate how alike a group's heads are, to within the resampling noise.
+        assert after[key] == pytest.approx(width, rel=0.15, abs=1e-9), key
+
+
+def test_resampling_query_heads_as_if_independent_would_narrow_them():
+    # What the copies did before key-head groups were the unit: a query head was one (the test above
+    # is what changed).
+    tables = _copied(build_tables())
+    grouped = make_connection(tables)
+    restrict_models(grouped, ["a1"])
+    heads = make_connection(tables)
+    restrict_models(heads, ["a1"])
+    heads.execute("create temp view finding_inputs as select * replace (unit as kv_group) from memory.main.finding_inputs")
+    ratios = [w / _widths(grouped)[k] for k, w in _widths(heads).items() if k in _widths(grouped) and _widths(grouped)[k]]
+    assert np.median(ratios) < 0.7
+
+
+def test_the_same_warehouse_gives_the_same_intervals():
+    tables = build_tables()
+    first = intervals.compute(make_connection(tables)).drop_columns(["computed_at"])
+    again = intervals.compute(make_connection(tables)).drop_columns(["computed_at"])
+    assert first.equals(again)
+
+
+def test_what_each_interval_is_about():
+    con = make_connection(build_tables(models=STANDALONE))
+    got = _by_id(intervals.compute(con))
+    pooled = got[("003.F1.pos_var_q", "overall")]
+    # Enough models pooled for a bootstrap over them: the claim is about models like them, and the
+    # models are resampled.
+    m = intervals.MIN_MODELS
+    assert pooled["n_units"] == m and pooled["ci_method"].startswith(f"bootstrap over {m} models")
+    rows = {r[0]: r[1:] for r in con.execute(
+        "select id, estimand, n_models from findings where status <> 'no data'").fetchall()}
+    assert rows["003.F1.pos_var_q"] == ("models like these", m)
+    assert rows["003.F2.accuracy"][0] == "these models"  # every model's own value
+    assert rows["002.lemma"][0] == "these models"
+    # Fewer models than a bootstrap over them needs: the jackknife over models, with Student's t.
+    few = make_connection(build_tables(models=STANDALONE[:3]))
+    r = _by_id(intervals.compute(few))[("003.F2.fisher", "overall")]  # (a mean without a finite-vector bias)
+    assert r["ci_method"].startswith("jackknife over 3 models, t with 2 df") and r["n_units"] == 3
+    means = few.execute("select avg(fisher_pc0) from heads group by model order by model").fetchall()
+    sd = float(np.std([m[0] for m in means], ddof=1))
+    # (equal models: the t interval on the three models' means)
+    assert r["ci_high"] - r["ci_low"] == pytest.approx(2 * 4.302653 * sd / math.sqrt(3), rel=1e-6)
+    # One model: the overall finding is about that model, its key-head groups resampled.
+    restrict_models(few, ["m00"])
+    assert few.execute("select estimand from findings where id = '003.F1.pos_var_q'").fetchall()[0][0] == "these models"
+    r = _by_id(intervals.compute(few))[("003.F1.pos_var_q", "overall")]
+    assert r["ci_method"].startswith("bootstrap over 20 key-head groups, in strata of layers")
+
+
+def _set(tables: dict, name: str, **columns) -> dict:
+    t = tables[name]
+    for col, value in columns.items():
+        i = t.schema.get_field_index(col)
+        t = t.set_column(i, col, pa.array([value] * t.num_rows, t.schema.field(col).type))
+    return {**tables, name: t}
+
+
+def test_bounded_values_stay_in_bounds_and_a_share_of_all_heads_is_not_a_point():
+    # Every head classifies its vectors perfectly and every head has a recency bias: 100% in every
+    # resample, yet finitely many heads and vectors.
+    tables = _set(build_tables(models=STANDALONE[:1]), "heads", qk_accuracy_pc01=1.0, n_q=500, n_k=500)
+    got = _by_id(intervals.compute(make_connection(tables)))
+    acc = got[("003.F2.accuracy", "overall")]
+    # 20 heads (each its own key head) at 100%: together they rule out no more than ~3/20 of heads
+    # below it (and far less than that of their 20,000 vectors).
+    lo, _ = wilson_interval(20, 20)
+    assert acc["ci_high"] == 1.0 and acc["ci_low"] == pytest.approx(lo) and acc["ci_low"] < wilson_interval(2e4, 2e4)[0]
+    assert "shares of vectors" in acc["ci_method"]
+    positive = got[("002.F2.bias_positive", "overall")]
+    assert positive["estimate"] == 1.0 and positive["ci_high"] == 1.0
+    assert positive["ci_low"] == pytest.approx(wilson_interval(20, 20)[0])  # 20 heads, each its own group
+    for (fid, _), r in got.items():
+        if r["ci_low"] is None:
+            continue
+        assert r["ci_low"] <= r["ci_high"], fid
+        if fid.startswith(("003.F4.", "002.F2.", "003.F2.accuracy", "002.F3.", "003.F1.pos_var", "003.F1.pc0")):
+            assert 0.0 <= r["ci_low"] and r["ci_high"] <= 1.0, fid
+
+
+def test_a_maximum_has_no_interval_and_says_why():
+    got = _by_id(intervals.compute(make_connection(build_tables())))
+    r = got[("002.F4.max_angle_r", "overall")]
+    assert r["ci_low"] is None and r["ci_high"] is None and r["ci_method"].startswith("none:")
+
+
+def test_few_vectors_widen_an_interval_towards_the_value_at_many():
+    tables = build_tables(models=STANDALONE[:1])
+    many = _by_id(intervals.compute(make_connection(_set(tables, "heads", n_q=10**9, n_k=10**9))))
+    few = _by_id(intervals.compute(make_connection(_set(tables, "heads", n_q=64, n_k=64))))
+    key = ("002.F1.abs_r_k_a", "overall")  # reads low with few vectors (x_bias < 0)
+    assert few[key]["ci_low"] == pytest.approx(many[key]["ci_low"])
+    # -0.09 * d / n = -0.09 * 16 / 64 on every head: the mean moves up by that much at most.
+    assert few[key]["ci_high"] == pytest.approx(many[key]["ci_high"] + 0.09 * 16 / 64)
+    assert "finite-vector bias" in few[key]["ci_method"] and "vector" not in many[key]["ci_method"]
+
+
+def test_normal_sums_stand_in_for_the_weights_over_many_units(monkeypatch):
+    con = make_connection(build_tables(models=STANDALONE[:2]))
+    restrict_models(con, ["m00"])
+    exact = _by_id(intervals.compute(con))
+    monkeypatch.setattr(intervals, "EXACT_UNITS", 5)
+    normal = _by_id(intervals.compute(con))
+    compared = 0
+    for key, r in exact.items():
+        if "bootstrap over" in r["ci_method"] and "normal sums" in normal[key]["ci_method"]:
+            width = r["ci_high"] - r["ci_low"]
+            assert normal[key]["ci_low"] == pytest.approx(r["ci_low"], abs=0.15 * width), key
+            assert normal[key]["ci_high"] == pytest.approx(r["ci_high"], abs=0.15 * width), key
+            compared += 1
+    assert compared >= 10
+
+
+def test_a_layer_with_one_group_joins_the_next():
+    cluster = np.array([0, 0, 0, 0, 0, 1, 1, 1])
+    layer = np.array([0, 1, 1, 2, 5, 0, 0, 3])
+    # Model 0: layer 0 (one group) joins layer 1 -> {0,1,2}; layer 2 and 5 (one each) -> {3,4};
+    # model 1: layer 0 has two; layer 3 (one, the last) joins the one before.
+    assert intervals._strata(cluster, layer).tolist() == [0, 0, 0, 1, 1, 2, 2, 2]
+    assert intervals._strata(np.array([0]), np.array([3])).tolist() == [0]
