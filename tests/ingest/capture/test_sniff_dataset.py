@@ -165,7 +165,7 @@ def test_offline_the_cache_serves_a_dataset_read_before(hub, model, tmp_path, mo
         _sniff(hub, model, tmp_path / "never", tmp_path / "cache", dataset="acme/jsonl-texts", text_field="body")
 
 
-def test_cli_dataset_options_in_a_process_that_finds_the_hub_by_hf_endpoint(hub, model, tmp_path):
+def test_cli_dataset_options_in_a_process_that_finds_the_hub_by_hf_endpoint(hub, model, tmp_path, runner):
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_DISABLE_XET": "1"}
     args = [sys.executable, "-m", "qkdb", "sniff", "--model-path", str(model), "--out", str(tmp_path / "out"),
             "--dataset", "acme/long-texts", "--split", "test", "--text-column", "text", "--id-column", "id",
@@ -175,10 +175,13 @@ def test_cli_dataset_options_in_a_process_that_finds_the_hub_by_hf_endpoint(hub,
     assert done.returncode == 0, done.stderr
     record = read_metadata(tmp_path / "out")["capture"]["texts"]
     assert (record["split"], record["ids"], record["pack"]) == ("test", ["t0", "t1"], False)
-    bad = subprocess.run([*args[:7], str(tmp_path / "bad"), *args[8:], "--text", "README.md"], capture_output=True,
-                         text=True, env=env, timeout=300)
-    assert bad.returncode == EXIT_CODES["usage"] and "give --text or --dataset, not both" in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1
+    # refused on the command line, before the Hub is asked: in this process
+    from qkdb.cli.app import app
+    import qkdb.cli.sniff  # noqa: F401
+
+    bad = runner.invoke(app, [*args[3:7], str(tmp_path / "bad"), *args[8:], "--text", "README.md"])
+    assert bad.exit_code == EXIT_CODES["usage"] and "give --text or --dataset, not both" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
 
 
 def test_like_a_dataset_capture_reads_its_texts_at_the_commit_it_recorded(hub, model, tokenizer, tmp_path):

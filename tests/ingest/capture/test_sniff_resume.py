@@ -75,7 +75,7 @@ def _tables(out) -> dict:
     return {p.path.parent.name: pq.read_table(p.path) for p in (*found.queries.values(), *found.keys.values())}
 
 
-def test_a_capture_killed_anywhere_continues_and_equals_an_uninterrupted_one(model, family_corpus, tmp_path):
+def test_a_capture_killed_anywhere_continues_and_equals_an_uninterrupted_one(model, family_corpus, tmp_path, runner):
     from qkdb.ingest.capture.sniff import SniffOptions, sniff
 
     reference = tmp_path / "reference"
@@ -104,9 +104,12 @@ def test_a_capture_killed_anywhere_continues_and_equals_an_uninterrupted_one(mod
     _kill_when(proc, lambda: out.is_dir())
     assert work.is_dir() and (out / "qkdb_dataset.json").is_file()
 
-    # 4. the same command finds it complete and cleans up
-    done = subprocess.run([sys.executable, "-m", "qkdb", *args], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    # 4. the same command finds it complete and cleans up (nothing to kill: in this process)
+    from qkdb.cli.app import app
+    import qkdb.cli.sniff  # noqa: F401
+
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
     assert "already complete" in done.stderr and not work.exists()
 
     got, want = _tables(out), _tables(reference)

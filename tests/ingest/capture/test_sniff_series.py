@@ -67,10 +67,20 @@ def _paired(a, b) -> None:
                 assert ta.column(col).equals(tb.column(col)), (key, col)
 
 
-def test_a_series_captures_every_revision_paired_and_skips_those_done(hub, family_corpus, tmp_path):
-    out = tmp_path / "series"
-    done = _qkdb(hub, tmp_path, *_args(out, family_corpus, "step1", "step2"))
+CPU = ["--device", "cpu"]  # the cluster's tasks compute on the CPU: the local series too, to compare
+
+
+@pytest.fixture(scope="module")
+def series(hub, family_corpus, tmp_path_factory):
+    """``OUT`` of the series step1, step2 captured by one command (shared: every capture is a process)."""
+    tmp = tmp_path_factory.mktemp("series")
+    done = _qkdb(hub, tmp, *_args(tmp / "series", family_corpus, "step1", "step2", extra=CPU))
     assert done.returncode == 0, done.stderr
+    return tmp / "series"
+
+
+def test_a_series_captures_every_revision_paired_and_skips_those_done(hub, series, family_corpus, tmp_path):
+    out = series
     assert sorted(p.name for p in out.iterdir()) == ["step1", "step2"]
     _paired(out / "step1", out / "step2")
     a, b = read_metadata(out / "step1"), read_metadata(out / "step2")
@@ -83,7 +93,7 @@ def test_a_series_captures_every_revision_paired_and_skips_those_done(hub, famil
     vb = read_head(next(iter(discover(out / "step2").queries.values())).path).vectors
     assert not np.allclose(va, vb)  # two checkpoints
     # the same command again: both already there, nothing captured
-    again = _qkdb(hub, tmp_path, *_args(out, family_corpus, "step1", "step2"))
+    again = _qkdb(hub, tmp_path, *_args(out, family_corpus, "step1", "step2", extra=CPU))
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("already captured") == 2
 
@@ -103,20 +113,24 @@ def test_revisions_that_would_not_pair_are_refused_before_any_weights_load(hub, 
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
-def test_one_revision_is_one_capture_and_like_pairs_a_later_one(hub, family_corpus, tmp_path):
-    first = tmp_path / "step1"
-    done = _qkdb(hub, tmp_path, *_args(first, family_corpus, "step1"))
-    assert done.returncode == 0, done.stderr
-    later = tmp_path / "main"
-    done = _qkdb(hub, tmp_path, "sniff", "--model-path", REPO, "--out", str(later), "--like", str(first), "-q")
+def test_one_revision_is_one_capture_and_like_pairs_it_with_the_series(hub, series, tmp_path, runner):
+    first = series / "step1"
+    later = tmp_path / "main"  # one --revision: the capture is --out itself
+    done = _qkdb(hub, tmp_path, "sniff", "--model-path", REPO, "--revision", "main", "--out", str(later),
+                 "--like", str(first), "-q")
     assert done.returncode == 0, done.stderr
     _paired(first, later)
     meta = read_metadata(later)
     assert meta["capture"]["like"]["model_revision"] == "step1" and meta["model_revision"] == "main"
-    clash = _qkdb(hub, tmp_path, "sniff", "--model-path", REPO, "--out", str(tmp_path / "x"), "--like", str(first),
-                  "--q-heads", "2", "--seed", "1", "-q")
-    assert clash.returncode == EXIT_CODES["usage"]
-    assert f"--like takes the texts, heads and positions from {first}: drop --q-heads" in clash.stderr
+    # (refused on the command line, before the Hub is asked: in this process)
+    from qkdb.cli.app import app
+    import qkdb.cli.sniff  # noqa: F401
+
+    clash = runner.invoke(app, ["sniff", "--model-path", REPO, "--out", str(tmp_path / "x"), "--like", str(first),
+                                "--q-heads", "2", "--seed", "1", "-q"])
+    assert clash.exit_code == EXIT_CODES["usage"], clash.output
+    assert f"--like takes the texts, heads and positions from {first}: drop --q-heads" in clash.output
+    assert not (tmp_path / "x").exists()
 
 
 # -- on a Ray cluster ------------------------------------------------------------------------------
@@ -146,15 +160,13 @@ def ray_head(hub):
 
 
 @pytest.mark.cluster
-def test_on_a_cluster_each_revision_is_a_task_and_the_captures_equal_local_ones(hub, ray_head, family_corpus,
-                                                                                tmp_path):
-    local = tmp_path / "local"
-    done = _qkdb(hub, tmp_path, *_args(local, family_corpus, "step1", "step2", extra=["--device", "cpu"]))
-    assert done.returncode == 0, done.stderr
+def test_on_a_cluster_each_revision_is_a_task_and_the_captures_equal_local_ones(hub, ray_head, series,
+                                                                                family_corpus, tmp_path):
+    local = series
     out = tmp_path / "cluster"
     env = {**ray_head.env, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
     done = _qkdb(hub, tmp_path, *_args(out, family_corpus, "step1", "step2",
-                                       extra=["--device", "cpu", "--cluster", ray_head.address]), env=env)
+                                       extra=[*CPU, "--cluster", ray_head.address]), env=env)
     assert done.returncode == 0, done.stderr
     for rev in ("step1", "step2"):
         _paired(local / rev, out / rev)
