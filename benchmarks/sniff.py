@@ -7,8 +7,15 @@ repetition:
 
 * ``plain``: ``model(input_ids=...)`` over the texts — the full model, logits included, transformers'
   sdpa attention, in the same dtype on the same device: what a user of the model runs;
-* ``base``: the base model without the LM head (``model.model(..., use_cache=False)``): the same
-  layers and nothing more, a stricter floor;
+* ``base``: the base model without the LM head (``model.model(..., use_cache=False)``): every
+  layer and nothing more, a stricter floor;
+* ``upto``: the base model cut before the deepest layer that holds a sampled head. ``qkdb sniff``
+  stops its forward pass inside that layer, once the layer's queries and keys are captured: it never
+  runs that layer's attention and MLP, nor the layers after it. On a model of few layers this is a
+  large share of ``base``'s work (a quarter of it on the default 4-layer model, where every layer
+  holds a sampled head), which would hide the capture's own cost; ``upto`` runs all the layers sniff
+  runs in full, and not the deepest layer's norm and projections, which sniff also runs: the
+  strictest floor, and ``sniff/upto`` an upper bound of what the capture itself costs;
 * ``sniff``: ``qkdb sniff`` over the same texts (the windows it makes are the ones timed above), its
   forward passes with the capture and the check, each text's rows written to disk, and the
   dataset assembled at the end — everything but loading the model and tokenizing.
@@ -129,6 +136,9 @@ def child(kind: str, args: dict, length: int, n_texts: int) -> dict:
 
             where = input_device(model)
             target = model if kind == "plain" else getattr(model, model.base_model_prefix)
+            if kind == "upto":
+                deepest = max(layer for layer, _, _ in prep.plan.files)
+                target.layers = target.layers[:deepest]
             rss0 = loaded = _rss()
             device.reset_peak()
             t0 = time.perf_counter()
@@ -179,7 +189,7 @@ def main() -> None:
     ap.add_argument("--q-heads", type=int, default=300)
     ap.add_argument("--vectors-per-head", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--kinds", default="plain,base,sniff")
+    ap.add_argument("--kinds", default="plain,base,upto,sniff")
     ap.add_argument("--json", type=Path, help="write every measurement to this file")
     opts = ap.parse_args()
 
