@@ -252,7 +252,11 @@ def _findings_cell(c: str, r: dict, given: dict) -> str:
         return (f'<span class="seedtag">{esc(r.get("finding"))}</span> {esc(r.get("statement"))}'
                 f'<span class="crit">{esc(r.get("criterion"))}</span>')
     if c == "measured":
-        return html.escape(scorecard.measured_text(r, given))
+        text = scorecard.measured_text(r, given)
+        if text and not text.endswith("]") and r.get("ci_method"):
+            # No interval: a verdict without one is 'inconclusive', and the reader must see why.
+            return f'{html.escape(text)}<span class="crit">no interval: {esc(r["ci_method"])}</span>'
+        return html.escape(text)
     return esc(r.get(c))
 
 

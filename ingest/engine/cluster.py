@@ -15,6 +15,7 @@ on one machine never load it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ ADDRESS_FORMS = "'local', 'auto', HOST:PORT or ray://HOST:PORT"
 # model lost. An exception raised by the task itself (bad input) is never retried: it would fail
 # again the same way.
 RETRIES = 2
+# Tries of a Ray client's connection when the head fails to start its server for this client.
+CLIENT_ATTEMPTS = 3
 
 # Seconds to wait for a cluster's port to take a connection before saying it cannot be reached.
 PROBE_SECONDS = 10.0
@@ -108,10 +111,21 @@ class RayCluster:
         else:
             _probe(self.address)
             kwargs["address"] = self.address
-        try:
-            ray.init(**kwargs)
-        except (OSError, RuntimeError, ValueError) as exc:  # (ConnectionError and TimeoutError are OSErrors)
-            raise ClusterError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}", kind="network") from None
+        for attempt in range(CLIENT_ATTEMPTS):
+            try:
+                ray.init(**kwargs)
+                break
+            except ConnectionAbortedError as exc:
+                # A Ray client's head starts one server process per client; on a loaded head that
+                # start can time out and the client is told "Initialization failure from server".
+                # The head itself answered (probed above), so another try is worth it.
+                ray.shutdown()
+                if attempt + 1 == CLIENT_ATTEMPTS or not self.address.startswith("ray://"):
+                    raise ClusterError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)} "
+                                       f"({attempt + 1} attempts)", kind="network") from None
+                time.sleep(2.0 * (attempt + 1))
+            except (OSError, RuntimeError, ValueError) as exc:  # (ConnectionError and TimeoutError are OSErrors)
+                raise ClusterError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}", kind="network") from None
         return self
 
     def __exit__(self, *exc_info) -> None:

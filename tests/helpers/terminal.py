@@ -21,7 +21,10 @@ def spawn_qkdb(*args: str, prelude: str = "", env: dict[str, str] | None = None,
     Everything the process writes is kept in ``child.transcript`` (a StringIO) for failure messages.
     """
     code = f"{prelude}\nfrom qkdb.__main__ import main\nmain()\n"
-    full_env = {**os.environ, "NO_COLOR": "1", "TERM": "xterm", "INPUTRC": os.devnull, **(env or {})}
+    # COLUMNS/LINES say the terminal's size to programs that read them before the terminal's own
+    # (Textual, rich); pytest-xdist's workers set them to 80×24, so they are set to the pty's here.
+    full_env = {**os.environ, "NO_COLOR": "1", "TERM": "xterm", "INPUTRC": os.devnull,
+                "COLUMNS": str(columns), "LINES": "40", **(env or {})}
     child = pexpect.spawn(
         sys.executable, ["-c", code, *args], env=full_env, encoding="utf-8", dimensions=(40, columns), timeout=timeout, cwd=cwd,
         preexec_fn=sigint_as_at_a_terminal,

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from scipy import stats
 from helpers.tables import _table, make_connection
 
 from qkdb import api
@@ -170,7 +171,15 @@ def test_intervals_cover_planted_values(fid, truth, models):
         row = intervals.compute(con, ids=(fid,)).to_pylist()
         (r,) = [x for x in row if x["id"] == fid]
         hits += r["ci_low"] <= truth <= r["ci_high"]
-    assert hits / reps >= 0.90, (fid, models, hits)
+        if models > 1 and fid == "002.F2.bias_negative":
+            # Independently: Student's t on the models' own shares (equal heads per model, so the
+            # pooled share is their mean); the interval over models is never narrower than it.
+            shares = (np.asarray(tables["rotation"].column("bias_strength")).reshape(models, -1) < 0).mean(axis=1)
+            half = stats.t.ppf(0.975, models - 1) * shares.std(ddof=1) / np.sqrt(models)
+            assert r["ci_low"] <= shares.mean() - half + 1e-12 and r["ci_high"] >= shares.mean() + half - 1e-12
+    # A 95% interval covers 60 draws 57 times on average; fewer than 51 has probability 0.0007 at
+    # 95% coverage, 0.41 at 85% and 0.88 at 78% (the narrow intervals of issue 28 covered 62-78%).
+    assert hits >= 51, (fid, models, hits)
 
 
 def _empty_base() -> dict:

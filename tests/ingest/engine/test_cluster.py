@@ -290,6 +290,50 @@ def _on_cluster(head, home, *args, timeout=300):
                           capture_output=True, text=True, timeout=timeout, env=head.env)
 
 
+class _BusyHead:
+    """Ray's client on a head that fails to start this client's server ``fails`` times, then connects.
+
+    (The real failure — the head's per-client server missing its start-up deadline under load — is
+    not reproducible on demand; this stands in for ``ray`` inside RayCluster only.)"""
+
+    __version__ = "test"
+
+    def __init__(self, fails: int):
+        self.fails, self.calls, self.shutdowns = fails, 0, 0
+
+    def init(self, **kwargs):
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise ConnectionAbortedError("Initialization failure from server:\n")
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+@pytest.mark.parametrize("fails, connected", [(0, True), (2, True), (3, False)])
+def test_a_ray_client_retries_a_head_that_failed_to_start_its_server(monkeypatch, fails, connected):
+    import socket
+
+    from qkdb.errors import ClusterError
+    from qkdb.ingest.engine import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module.time, "sleep", lambda s: None)
+    with socket.socket() as listener:  # the head's port answers (the probe before connecting)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"ray://127.0.0.1:{listener.getsockname()[1]}"
+        monkeypatch.setattr(cluster_module, "import_ray", lambda: _BusyHead(fails))
+        rc = cluster_module.RayCluster(address)
+        if connected:
+            with rc:
+                pass
+            assert rc.ray.calls == fails + 1
+        else:
+            with pytest.raises(ClusterError, match=r"Initialization failure from server: \(3 attempts\)"):
+                rc.__enter__()
+            assert rc.ray.calls == cluster_module.CLIENT_ATTEMPTS == 3
+
+
 @cluster
 @pytest.mark.parametrize("scheme", ["", "ray://"])
 def test_an_unreachable_cluster_is_one_network_line_at_once(tmp_path, scheme):
@@ -394,6 +438,8 @@ def _killer(head, task: str, times: int, killed: list, stop: threading.Event) ->
     def run():
         while not stop.is_set() and len(killed) < times:
             for p in head.task_processes(task):
+                if p.pid in killed:  # killed already, still dying (a loaded machine reaps it late)
+                    continue
                 try:
                     p.kill()
                     killed.append(p.pid)
