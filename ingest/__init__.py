@@ -44,6 +44,8 @@ __getattr__, __dir__ = facade(__name__, {
     "PLANTED_FILE": "qkdb.ingest.capture.simulate",
     "sniff": "qkdb.ingest.capture.sniff",
     "SniffOptions": "qkdb.ingest.capture.sniff",
+    "resume_options": "qkdb.ingest.capture.sniff",
+    "sniff_series": "qkdb.ingest.capture.series",
     "sample_path": "qkdb.ingest.capture.sniff_sample",
     "push_capture": "qkdb.ingest.capture.push",
     "SAMPLE_MODEL": "qkdb.ingest.capture.sniff_sample",

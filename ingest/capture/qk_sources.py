@@ -144,8 +144,9 @@ def _normed(src: Variant, norm, label: str) -> list[Variant]:
             (f"{name} → {label} over all heads", all_heads)]
 
 
-def evaluate(variant: Variant, outputs: dict, n_heads: int, d: int) -> np.ndarray | None:
-    """All heads' pre-RoPE rows (heads, n, d) float64 by one variant, or None when it does not apply.
+def evaluate_tensor(variant: Variant, outputs: dict, n_heads: int, d: int):
+    """All heads' pre-RoPE rows (n, heads, d) by one variant, as a tensor where the outputs are, or None when it
+    does not apply.
 
     A variant that does not fit this model (a norm applied to a shape it refuses, a layout whose
     sizes do not match) is simply not a candidate: its exception is not the user's concern.
@@ -159,4 +160,10 @@ def evaluate(variant: Variant, outputs: dict, n_heads: int, d: int) -> np.ndarra
         return None
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[1:]) != (n_heads, d):
         return None
-    return x.double().transpose(0, 1).numpy()
+    return x
+
+
+def evaluate(variant: Variant, outputs: dict, n_heads: int, d: int) -> np.ndarray | None:
+    """All heads' pre-RoPE rows (heads, n, d) float64 by one variant, or None when it does not apply."""
+    x = evaluate_tensor(variant, outputs, n_heads, d)
+    return None if x is None else x.double().transpose(0, 1).cpu().numpy()

@@ -131,6 +131,9 @@ class CosSin:
     included); ``omega`` (dims/2,) the frequencies they carry (rad/token); ``layout`` how the model
     laid them out (``cat``: ``cat(f, f)``; ``repeat``: ``repeat_interleave(f, 2)``; ``planes``: one
     column per plane; ``complex``: one complex tensor), ``swapped`` whether they came as (sin, cos).
+    ``eps`` is the machine epsilon of the dtype they came in (float32, or bfloat16/float16 when the
+    model computes in it) and ``omega_error`` the absolute error of ``omega`` that dtype allows
+    (0 for float32). :meth:`at` gives them at any position they were read at.
     """
 
     layout: str
@@ -140,31 +143,105 @@ class CosSin:
     sin: np.ndarray
     omega: np.ndarray | None
     amplitude: float
+    eps: float = float(np.finfo(np.float32).eps)
+    omega_error: float = 0.0
+    table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (positions, cos, sin) of every row read
 
     def describe(self) -> str:
         form = {"cat": "cat(f, f)", "repeat": "repeat_interleave(f, 2)", "planes": "one column per plane",
                 "complex": "one complex tensor (cos + i·sin)"}[self.layout]
         return f"{form}{', given as (sin, cos)' if self.swapped else ''}"
 
+    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin) (n, dims/2) at ``positions``, which must be among the rows read."""
+        rows, cos, sin = self.table
+        i = np.searchsorted(rows, positions)
+        if np.any(i >= len(rows)) or np.any(rows[np.minimum(i, len(rows) - 1)] != positions):
+            raise ValueError("cos/sin were not read at these positions")
+        return cos[i], sin[i]
+
 
 class NotRoPE(ValueError):
     """The position embeddings a layer is given are not a rotation qkdb can read (one line why)."""
 
 
-def _as_rows(t, seq_len: int) -> np.ndarray:
-    """A (…, seq, w) tensor as a float64-ready numpy (seq, w) view."""
+@dataclass
+class GatheredPE:
+    """A layer's position embeddings at some positions: the two parts (cos and sin, or real and imaginary).
+
+    Gathered on the device during the forward pass (:func:`gather_pe`); read on the host
+    (:func:`interpret_pe`) once :meth:`host` has them there.
+    """
+
+    a: object  # tensor (n_rows, w)
+    b: object
+    complex: bool
+    eps: float
+
+    def tensors(self) -> list:
+        return [self.a, self.b]
+
+    def with_tensors(self, tensors: list) -> GatheredPE:
+        return GatheredPE(tensors[0], tensors[1], self.complex, self.eps)
+
+
+def _rows_of(t, rows, seq_len: int):
+    """Rows ``rows`` (an int64 tensor) of a (…, seq, w) tensor whose leading dims are 1, as float32 (n, w)."""
     arr = t.detach()
     if arr.dim() < 2 or arr.shape[-2] != seq_len or arr[..., 0, 0].numel() != 1:
         raise NotRoPE(f"position embeddings of shape {tuple(arr.shape)} for a text of {seq_len} tokens")
-    return arr.reshape(seq_len, arr.shape[-1]).float().cpu().numpy()
+    flat = arr.reshape(seq_len, arr.shape[-1])
+    return flat.index_select(0, rows.to(flat.device, non_blocking=True)).float()
+
+
+def gather_pe(pe, rows, seq_len: int) -> GatheredPE:
+    """A layer's ``position_embeddings`` at ``rows`` (an int64 tensor of positions), still where they are.
+
+    Raises
+    ------
+    NotRoPE
+        When they are neither a (cos, sin) pair of tensors of one shape nor one complex tensor.
+    """
+    import torch
+
+    if isinstance(pe, torch.Tensor) and pe.is_complex():
+        full = pe.detach()
+        eps = float(torch.finfo(full.real.dtype).eps)
+        return GatheredPE(_rows_of(full.real, rows, seq_len), _rows_of(full.imag, rows, seq_len), True, eps)
+    if isinstance(pe, (tuple, list)) and len(pe) == 2 and all(isinstance(p, torch.Tensor) for p in pe):
+        if pe[0].shape != pe[1].shape:
+            raise NotRoPE(f"position embeddings of shapes {tuple(pe[0].shape)} and {tuple(pe[1].shape)}")
+        eps = float(torch.finfo(pe[0].dtype).eps) if pe[0].is_floating_point() else 0.0
+        return GatheredPE(_rows_of(pe[0], rows, seq_len), _rows_of(pe[1], rows, seq_len), False, eps)
+    raise NotRoPE(f"position embeddings of type {type(pe).__name__}")
 
 
 def _wrap(a: np.ndarray) -> np.ndarray:
     return (a + np.pi) % (2.0 * np.pi) - np.pi
 
 
+def pe_rows(kept: np.ndarray, seq_len: int) -> np.ndarray:
+    """The positions :func:`interpret_pe` needs besides ``kept``: 0 (the amplitude) and 1 (the frequencies)."""
+    return np.unique(np.concatenate([[0], np.asarray(kept, np.int64), [1] if seq_len > 1 else []]).astype(np.int64))
+
+
 def read_cos_sin(pe, kept: np.ndarray, seq_len: int) -> CosSin:
     """Read a layer's ``position_embeddings`` at the kept positions (sorted) of a ``seq_len``-token text.
+
+    :func:`gather_pe` then :func:`interpret_pe`, in one step.
+    """
+    import torch
+
+    rows = pe_rows(kept, seq_len)
+    g = gather_pe(pe, torch.as_tensor(rows), seq_len)
+    return interpret_pe(g.with_tensors([t.cpu().numpy() for t in g.tensors()]), rows, kept, seq_len)
+
+
+def interpret_pe(g: GatheredPE, rows: np.ndarray, kept: np.ndarray, seq_len: int) -> CosSin:
+    """The :class:`CosSin` of gathered position embeddings (numpy parts, at ``rows`` = :func:`pe_rows` ⊇ ``kept``).
+
+    Tolerances follow the dtype the embeddings came in: float32's are those below; bfloat16 and
+    float16 round cos and sin to 2⁻⁸ and 2⁻¹¹, so amplitude and angle may be off by twice their epsilon.
 
     Raises
     ------
@@ -172,32 +249,26 @@ def read_cos_sin(pe, kept: np.ndarray, seq_len: int) -> CosSin:
         When they are not a per-position rotation: neither of the pair is zero at position 0,
         the amplitude varies, or the angles are not position × frequency.
     """
-    import torch
-
-    if isinstance(pe, torch.Tensor) and pe.is_complex():
-        full = pe.detach()
-        a = _as_rows(full.real, seq_len)
-        b = _as_rows(full.imag, seq_len)
+    a, b = np.asarray(g.a, np.float64), np.asarray(g.b, np.float64)
+    rows = np.asarray(rows, np.int64)
+    tol = max(1e-5, 2.0 * g.eps)
+    if g.complex:
         layout, swapped = "complex", False
-    elif isinstance(pe, (tuple, list)) and len(pe) == 2 and all(isinstance(p, torch.Tensor) for p in pe):
-        a, b = _as_rows(pe[0], seq_len), _as_rows(pe[1], seq_len)
-        if a.shape != b.shape:
-            raise NotRoPE(f"position embeddings of shapes {tuple(pe[0].shape)} and {tuple(pe[1].shape)}")
+    else:
         layout = None
         # at position 0 every angle is 0: cos is the amplitude, sin is 0
         swapped = bool(np.all(a[0] == 0.0) and np.any(b[0] != 0.0))
         if swapped:
             a, b = b, a
-    else:
-        raise NotRoPE(f"position embeddings of type {type(pe).__name__}")
+    if rows[0] != 0:
+        raise ValueError("position embeddings must be read at position 0")
     if np.any(b[0] != 0.0) or np.any(a[0] == 0.0):
         raise NotRoPE("position embeddings that are not cos/sin of angle 0 at position 0")
     w = a.shape[1]
     amplitude = float(a[0, 0])
-    if not np.allclose(a[0], amplitude, rtol=1e-6, atol=0.0):
+    if not np.allclose(a[0], amplitude, rtol=max(1e-6, g.eps), atol=0.0):
         raise NotRoPE("cos/sin whose amplitude differs between columns")
-    rows = np.unique(np.concatenate([[0], kept, [1] if seq_len > 1 else []]).astype(np.int64))
-    c, s = a[rows].astype(np.float64), b[rows].astype(np.float64)
+    c, s = a, b
     if layout is None:
         if seq_len < 2:  # one token: no angle to tell the layouts apart; the rows decide alone
             layout = "cat"
@@ -219,9 +290,10 @@ def read_cos_sin(pe, kept: np.ndarray, seq_len: int) -> CosSin:
     else:
         dims = 2 * w
     radius = np.sqrt(c * c + s * s)
-    if np.max(np.abs(radius - amplitude)) > 1e-5 * amplitude:
+    if np.max(np.abs(radius - amplitude)) > tol * amplitude:
         raise NotRoPE(f"cos/sin whose amplitude varies with position (from {radius.min():.6g} to {radius.max():.6g})")
     omega = None
+    omega_error = 0.0
     if seq_len > 1:
         theta = np.arctan2(s, c)
         omega = theta[rows == 1][0].copy()
@@ -230,13 +302,16 @@ def read_cos_sin(pe, kept: np.ndarray, seq_len: int) -> CosSin:
         if t_max > 1:
             omega = omega + _wrap(theta[-1] - t_max * omega) / t_max
         off = np.abs(_wrap(theta - rows[:, None] * omega[None, :]))
-        allowed = 1e-5 + 1e-6 * rows[:, None] * omega[None, :]
+        allowed = tol + 1e-6 * rows[:, None] * omega[None, :]
         if np.any(off > allowed):
             i, j = np.unravel_index(int(np.argmax(off - allowed)), off.shape)
             raise NotRoPE(f"cos/sin whose angle at position {int(rows[i])} is not position × frequency "
                           f"(plane {j}: off by {off[i, j]:.3g} rad)")
+        if g.eps > 1e-6:  # half-precision cos/sin: the angle is known to ~tol, the frequency to tol / t_max
+            omega_error = tol / max(t_max, 1)
     at = np.searchsorted(rows, kept)
-    return CosSin(layout, swapped, dims, c[at], s[at], omega, amplitude)
+    return CosSin(layout, swapped, dims, c[at], s[at], omega, amplitude, eps=max(g.eps, 0.0),
+                  omega_error=omega_error, table=(rows, c, s))
 
 
 class FrequencySource:
@@ -259,26 +334,30 @@ class FrequencySource:
                         if isinstance(value, (int, float)) and not isinstance(value, bool):
                             self.scalings.append((f"{name}.{attr}" if name else attr, float(value)))
 
-    def frequencies(self, omega: np.ndarray) -> tuple[np.ndarray, str | None]:
-        """The buffer equal to ``omega`` (to :data:`SNAP_TOLERANCE`) and its name, else ``omega`` and None."""
+    def frequencies(self, omega: np.ndarray, error: float = 0.0) -> tuple[np.ndarray, str | None]:
+        """The buffer equal to ``omega`` (to :data:`SNAP_TOLERANCE`, relative, beyond ``error``, absolute) and its
+        name, else ``omega`` and None. ``error`` is what half-precision cos/sin leave unknown (:class:`CosSin`)."""
         best, best_diff = None, SNAP_TOLERANCE
         for name, module, bname in self.buffers:
             values = getattr(module, bname, None)
             if values is None or values.numel() != omega.size:
                 continue
             v = values.detach().double().cpu().numpy().ravel()
-            diff = float(np.max(np.abs(v - omega) / np.maximum(np.abs(v), 1e-300)))
+            diff = float(np.max(np.maximum(np.abs(v - omega) - error, 0.0) / np.maximum(np.abs(v), 1e-300)))
             if diff <= best_diff:
                 best, best_diff = (v, name), diff
         return best if best is not None else (omega, None)
 
-    def amplitude(self, measured: float, frequencies_from: str | None = None) -> tuple[float, str | None]:
-        """The module's attention scaling equal to ``measured`` (float32 cos/sin), else ``measured``.
+    def amplitude(self, measured: float, frequencies_from: str | None = None,
+                  eps: float = 0.0) -> tuple[float, str | None]:
+        """The module's attention scaling equal to ``measured`` (to :data:`AMPLITUDE_TOLERANCE`, or the
+        cos/sin dtype's ``eps`` when larger), else ``measured``.
 
         Among equal ones, the one beside the frequencies' buffer (Gemma3's ``full_attention_…``).
         """
         prefix = frequencies_from[:-len("inv_freq")] if frequencies_from else None
+        tol = max(AMPLITUDE_TOLERANCE, eps if eps > 1e-6 else 0.0)
         found = [(name, value) for name, value in self.scalings
-                 if abs(value - measured) <= AMPLITUDE_TOLERANCE * max(abs(value), 1.0)]
+                 if abs(value - measured) <= tol * max(abs(value), 1.0)]
         found.sort(key=lambda nv: not (prefix is not None and nv[0] == prefix + "attention_scaling"))
         return (found[0][1], found[0][0]) if found else (measured, None)

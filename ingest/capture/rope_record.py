@@ -178,6 +178,9 @@ def _provenance(recorder, rotating, given, unknown, rope_parameters, inv_freq, t
         estimated = ("the cos/sin given to attention (angle at position 1, refined at the largest kept position; "
                      "float32: ~1e-7 relative)")
         out["frequencies_from"] = st.omega_source or estimated
+        if st.omega_source is None and st.cos_sin.omega_error > 0:
+            # half-precision cos/sin: each angle is known to ~2 epsilons, so each frequency to that / position
+            out["frequencies_error"] = float(st.cos_sin.omega_error)
         out["attention_factor_from"] = st.amplitude_source or "the cos/sin amplitude at position 0"
         sources = {s.omega_source or estimated for s in states.values()}
         if len(sources) > 1:

@@ -66,6 +66,19 @@ def position_rng(seed: int, example_id: int, layer: int, head: int, kind: str) -
     return np.random.default_rng([int(seed), int(example_id), int(layer), int(head), _KIND_CODE[kind]])
 
 
+def check_sample(count: int, n: int | None, seed: int, example_id: int, layer: int, head: int, kind: str) -> np.ndarray:
+    """Which of a head file's ``count`` rows of one text the row check compares (sorted indices into them).
+
+    All of them when ``n`` is None or at least ``count``; else ``n`` drawn without replacement by
+    ``numpy.random.default_rng([seed, example_id, layer, head, kind, 1])`` — a stream of its own,
+    apart from the positions' (:func:`position_rng`).
+    """
+    if n is None or n >= count:
+        return np.arange(count, dtype=np.int64)
+    rng = np.random.default_rng([int(seed), int(example_id), int(layer), int(head), _KIND_CODE[kind], 1])
+    return np.sort(rng.choice(count, size=max(0, int(n)), replace=False)).astype(np.int64)
+
+
 def log2_bucket_edges(length: int, min_bucket_size: int) -> np.ndarray:
     """Edges ``[0, m, 2m, 4m, ..., length]`` of the doubling buckets covering ``range(length)``."""
     if min_bucket_size < 1:

@@ -5,26 +5,36 @@ How the vectors are caught
 transformers routes every attention layer of its modern models through a function looked up
 by name in ``transformers.AttentionInterface``. We register one more name whose function
 (:class:`qkdb.ingest.capture.sniff_recorder.Recorder`) receives ``query`` (batch, heads, seq, head_dim) and
-``key`` (batch, kv_heads, seq, head_dim) exactly as the model computed them, copies the sampled
-rows, and hands everything on to transformers' own ``sdpa_attention_forward``. The model files are
-not patched, so any causal LM that transformers loads (a local Hugging Face folder or a GGUF file)
-can be sniffed; its outputs are unchanged. The same name is registered as an sdpa-style mask
-builder (``AttentionMaskInterface``), so sliding-window layers keep their windows.
+``key`` (batch, kv_heads, seq, head_dim) exactly as the model computed them, gathers the sampled
+rows where they are (on the GPU, if the model runs there), and hands everything on to the
+attention implementation :mod:`qkdb.ingest.capture.attention_backend` chose (sdpa by default). The
+model files are not patched, so any causal LM that transformers loads (a local Hugging Face folder,
+a GGUF file, or a Hub model at a revision) can be sniffed; its outputs are unchanged. The same name
+is registered as the chosen implementation's mask builder (``AttentionMaskInterface``), so
+sliding-window layers keep their windows.
 
 What is stored, and how it is checked
 -------------------------------------
-Every stored row is compared with the layer's own projection (``q_proj``/``k_proj``, through its
+Rows are compared with the layer's own projection (``q_proj``/``k_proj``, through its
 ``q_norm``/``k_norm``) rotated by the layer's own RoPE ``cos``/``sin`` — or not rotated, in layers
-without RoPE. Position-dependent factors the model applies that are not RoPE (Ministral3's llama-4
-query scale) are divided out by default and recorded in ``position_scaling``; anything else that
-makes a row differ stops the capture with an error naming the layer. ``pre_rope=True`` stores the
-rows before the rotation, undone with the layer's own cos/sin.
+without RoPE: every row of the first text (which establishes each layer's RoPE), then a seeded
+sample per head file and text (``check_rows``). Position-dependent factors the model applies that
+are not RoPE (Ministral3's llama-4 query scale) are divided out by default and recorded in
+``position_scaling``; anything else that makes a row differ stops the capture with an error naming
+the layer. ``pre_rope=True`` stores the rows before the rotation, undone with the layer's own cos/sin.
 
 What is kept (see :mod:`qkdb.ingest.capture.sampling` for the policy): a seeded sample of query heads
-across layers, the KV heads they read, and per text a seeded sample of positions per head file.
-All positions are drawn before the model loads, so texts that are too short are reported before
-any forward pass; the rows go into arrays allocated once, so memory is bounded by
-``heads × vectors_per_head × head_dim``, whatever the number or length of the texts.
+across layers, the KV heads they read, and per text a seeded sample of positions per head file
+(or another capture's, ``like``). All positions are drawn before the model loads, so texts that are
+too short are reported before any forward pass.
+
+Resumable and atomic
+--------------------
+Each text's rows are written to the capture's hidden working folder as soon as the text is done
+(:mod:`qkdb.ingest.capture.partial`); a capture killed at any moment continues after its last
+complete text when run again, and the dataset appears at ``out`` in one rename when complete.
+Memory is bounded by one head file's rows when the dataset is assembled, and by two texts' rows
+during the capture, whatever the number or length of the texts.
 
 torch and transformers are imported lazily: ``import qkdb`` works without them, and
 :func:`sniff` raises :class:`SniffError` telling the user to install the ``sniff`` extra.
@@ -32,53 +42,55 @@ torch and transformers are imported lazily: ``import qkdb`` works without them, 
 
 from __future__ import annotations
 
-import inspect
+import hashlib
 import json
-import os
 import platform
-import re
-import shutil
-import sys
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from qkdb.errors import SniffError
-from qkdb.ingest.sources import registry
-from qkdb.ingest.capture import sampling
-from qkdb.ingest.capture import texts
-from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, head_dir_name, write_head, write_metadata
-from qkdb.ingest.options import IngestOptions
-from qkdb.ingest.capture import attention_backend
+from qkdb.ingest.capture import attention_backend, devices, sampling, texts
+from qkdb.ingest.capture.hub_texts import DatasetRequest, HubDataset, dataset_texts
+from qkdb.ingest.capture.like import Like, check_layout, read_like
+from qkdb.ingest.capture.partial import PartialCapture, differences, pause
+from qkdb.ingest.capture.plan import CapturePlan
 from qkdb.ingest.capture.rope_layout import FrequencySource
 from qkdb.ingest.capture.rope_record import rope_facts
 from qkdb.ingest.capture.rope_record import summary as rope_summary
-from qkdb.ingest.capture.sniff_recorder import PositionScaling, Recorder, StopForward, check_summary
+from qkdb.ingest.capture.sniff_model import (
+    INSTALL_HINT, ModelFacts, ModelRef, attention_modules, check_longrope, check_routes_attention, default_family,
+    default_name, forward_failed, hub_commit, import_backend, input_device, load_config, load_model, load_tokenizer,
+    model_class, model_facts, origin, same_facts, select_attention, tokenizer_specials,
+)
+from qkdb.ingest.capture.sniff_recorder import Recorder, StopForward, check_summary, check_tolerance
+from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, read_metadata, write_head, write_metadata
 
 ATTENTION_NAME = "qkdb_capture"
-INSTALL_HINT = "pip install 'qkdb[sniff]'"
-
-# transformers model_type -> the registry's family name, where the architecture is one family.
-# ("llama" is not here: Llama 2, 3.1, 3.2, SmolLM2 ... share it; the registry's hf_model tells them apart.)
-FAMILY_OF_MODEL_TYPE = {"qwen3": "Qwen3", "mistral": "Mistral", "ministral3": "Ministral3", "smollm3": "SmolLM3"}
+DEFAULT_CHECK_ROWS = 64
 
 Progress = Callable[..., None]
+
+__all__ = ["ATTENTION_NAME", "DEFAULT_CHECK_ROWS", "INSTALL_HINT", "SniffOptions", "SniffResult", "prepare",
+           "resume_options", "run", "sniff"]
 
 
 @dataclass
 class SniffOptions:
     """Everything that decides what a capture holds (recorded in the dataset's metadata).
 
-    Exactly one of ``model_path`` (a local Hugging Face model folder) and ``gguf`` (a GGUF file)
-    is given.
+    Exactly one of ``model_path`` (a local Hugging Face model folder, or a Hub model id read at
+    ``model_revision``) and ``gguf`` (a GGUF file) is given; texts come from ``text`` (``pydoc``, a
+    file or a folder) or from the Hub dataset ``dataset``.
     """
 
     out: Path
-    model_path: Path | None = None
+    model_path: Path | str | None = None
     gguf: Path | None = None
     text: str = texts.PYDOC
     text_field: str = "text"
@@ -101,6 +113,32 @@ class SniffOptions:
     model_revision: str | None = None
     force: bool = False
     threads: int | None = None
+    # where and how it computes
+    device: str = "auto"
+    model_dtype: str = "auto"
+    device_map: str | None = None
+    attn: str = "auto"
+    check_rows: int | None = DEFAULT_CHECK_ROWS
+    # texts from a Hub dataset
+    dataset: str | None = None
+    dataset_config: str | None = None
+    dataset_split: str | None = None
+    dataset_revision: str | None = None
+    id_column: str | None = None
+    min_tokens: int = 1
+    # where the dataset is read from (default: HF_ENDPOINT and the Hugging Face cache; a Hub model is
+    # read by transformers, which follows HF_ENDPOINT)
+    hub_endpoint: str | None = None
+    hub_cache: Path | None = None
+    # pairing and resuming
+    like: Path | None = None
+    resume: bool = False
+    # host work after each text in a thread of its own (None: on an accelerator; True on the CPU: tests)
+    deferred: bool | None = None
+
+    def model_ref(self) -> ModelRef:
+        return ModelRef(None if self.model_path is None else str(self.model_path),
+                        None if self.gguf is None else str(self.gguf), self.model_revision)
 
     def check(self) -> None:
         """Raise :class:`SniffError` for bad options or inputs, before anything is loaded.
@@ -108,35 +146,46 @@ class SniffOptions:
         Checks that the model folder holds a model (a ``config.json``) or the GGUF file is one,
         that the text source exists and holds some text, and that the output can be written.
         """
-        if (self.model_path is None) == (self.gguf is None):
-            raise SniffError("give exactly one of --model-path (a Hugging Face model folder) and --gguf (a GGUF file)", kind="usage")
-        if self.model_path is not None:
-            _check_model_folder(Path(self.model_path))
-        if self.gguf is not None:
-            _check_gguf(Path(self.gguf))
+        self.model_ref().check()
+        devices.check_spec(self.device, self.model_dtype, self.device_map)
+        attention_backend.check_request(self.attn)
         if self.positions not in sampling.POSITION_POLICIES:
             raise SniffError(
                 f"unknown --positions {self.positions!r}; expected one of {', '.join(sampling.POSITION_POLICIES)}"
             )
         if self.dtype not in ("float32", "float16"):
             raise SniffError(f"--dtype must be float32 or float16, got {self.dtype!r}")
-        for name in ("vectors_per_head", "min_bucket_size", "max_length"):
+        for name in ("vectors_per_head", "min_bucket_size", "max_length", "min_tokens"):
             if getattr(self, name) < 1:
                 raise SniffError(f"--{name.replace('_', '-')} must be positive")
         if self.q_heads is not None and self.q_heads < 1:
             raise SniffError("--q-heads must be positive")
         if self.n_texts is not None and self.n_texts < 1:
             raise SniffError("--texts must be positive")
+        if self.check_rows is not None and self.check_rows < 1:
+            raise SniffError("--check-rows must be positive (or 'all')")
         if self.pre_rope and self.keep_position_scaling:
             raise SniffError(
                 "--pre-rope stores the vectors before RoPE, without any position scaling; "
                 "--keep-position-scaling cannot apply to them"
             )
-        texts.check_source(self.text, self.text_field)
+        if self.dataset is not None and str(self.text) != texts.PYDOC:
+            raise SniffError("give --text or --dataset, not both", kind="usage")
+        if self.dataset is None and self.like is None:
+            texts.check_source(self.text, self.text_field)
+        if self.like is not None:
+            like = Path(self.like)
+            if not (like / METADATA_FILE).is_file():
+                raise SniffError(f"--like {like}: no capture there (no {METADATA_FILE})",
+                                 kind="not_found" if not like.exists() else "input")
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise SniffError(f"{out}: exists and is not a folder")
-        if out.is_dir() and any(out.iterdir()) and not self.force:
+        resuming = PartialCapture(out).exists
+        if self.resume and not resuming:
+            raise SniffError(f"{out}: nothing to resume (no partial capture in {PartialCapture(out).root})",
+                             kind="not_found")
+        if out.is_dir() and any(out.iterdir()) and not self.force and not resuming:
             raise SniffError(f"{out}: folder is not empty (use --force to replace a previous capture)")
         if out.is_dir() and self.force:
             strangers = [p.name for p in out.iterdir() if not _is_capture_entry(p)]
@@ -146,50 +195,48 @@ class SniffOptions:
                     "refusing to replace it"
                 )
 
+    # -- what a partial capture records ------------------------------------------------------------
 
-def _check_model_folder(path: Path) -> None:
-    if not path.is_dir():
-        raise SniffError(f"{path}: no such model folder", kind="not_found")
-    if not (path / "config.json").is_file():
-        ggufs = sorted(p.name for p in path.glob("*.gguf"))
-        hint = f"; for the GGUF file use --gguf {path / ggufs[0]}" if ggufs else ""
-        raise SniffError(f"{path}: no model here (no config.json of a Hugging Face model folder){hint}")
+    def record(self) -> dict:
+        """The options that decide what the capture holds, as JSON (paths resolved)."""
+        out = {}
+        for f in fields(self):
+            if f.name in NOT_IDENTITY:
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("gguf", "like") and value is not None:
+                value = str(Path(value).resolve())
+            elif f.name == "model_path" and value is not None:
+                value = str(Path(value).resolve()) if Path(value).exists() else str(value)
+            elif f.name == "text" and value is not None and str(value) != texts.PYDOC:
+                value = str(Path(value).resolve())
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_record(cls, out: Path, record: dict, **given) -> SniffOptions:
+        """The options a partial capture recorded, with ``given`` ones on top (``--resume``)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in record.items() if k in known}
+        values.update(given)
+        return cls(out=Path(out), **values)
 
 
-def _check_gguf(path: Path) -> None:
-    if not path.is_file():
-        raise SniffError(f"{path}: no such GGUF file", kind="not_found")
-    try:
-        with path.open("rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        raise SniffError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
-    if magic != b"GGUF":
-        raise SniffError(f"{path}: not a GGUF file (it does not start with the GGUF magic bytes)")
-
-
-@dataclass
-class ModelFacts:
-    """Architecture facts read from the transformers config."""
-
-    model_type: str
-    n_layers: int
-    n_q_heads: int
-    n_kv_heads: int
-    head_dim: int
-    rope_theta: float | None
-    rope_scaling: dict | None
-    # the config's NoPE layers (what each captured layer does is established from its rows, and wins)
-    nope_layers: list[int] = field(default_factory=list)
-    # what the config declares: "rotary", or "none" without RoPE parameters (GPT-2; also GPT-J, whose
-    # RoPE is in its code: what is recorded is what the layers do)
-    rope: str = "rotary"
-    # the config's global RoPE parameters as one flat dict (provenance; longrope's threshold)
-    rope_parameters: dict = field(default_factory=dict)
-    # each layer's own RoPE base and scaling, when the layers differ (Gemma3: local and global layers)
-    layer_rope_theta: list[float | None] | None = None
-    layer_rope_scaling: list[dict | None] | None = None
-    position_scalings: list[PositionScaling] = field(default_factory=list)
+# fields that do not change what a capture holds
+NOT_IDENTITY = ("out", "force", "threads", "resume", "deferred", "hub_endpoint", "hub_cache")
+# field -> how the command line names it
+FLAGS = {
+    "model_path": "--model-path", "gguf": "--gguf", "text": "--text", "text_field": "--text-field",
+    "n_texts": "--texts", "max_length": "--max-length", "pack": "--pack (not --no-pack)", "q_heads": "--q-heads",
+    "vectors_per_head": "--vectors-per-head", "positions": "--positions", "min_bucket_size": "--min-bucket-size",
+    "seed": "--seed", "pre_rope": "--pre-rope", "keep_position_scaling": "--keep-position-scaling",
+    "unchecked": "--unchecked", "dtype": "--dtype", "token_strings": "--tokens", "model_name": "--model",
+    "family": "--family", "hf_model": "--hf-model", "model_revision": "--revision", "device": "--device",
+    "model_dtype": "--model-dtype", "device_map": "--device-map", "attn": "--attn", "check_rows": "--check-rows",
+    "dataset": "--dataset", "dataset_config": "--config", "dataset_split": "--split",
+    "dataset_revision": "--dataset-revision", "id_column": "--id-column", "min_tokens": "--min-tokens",
+    "like": "--like",
+}
 
 
 @dataclass
@@ -203,561 +250,412 @@ class SniffResult:
     seconds: float
     notes: list[str] = field(default_factory=list)  # one line each, for the user (stderr)
     rope: str = ""  # one line: the RoPE recorded (layout, frequencies' source, attention scale)
+    # seconds per phase: prepare (config, tokenizer, texts, plan), load, forward (the texts' forward
+    # passes and their host side), assemble (the dataset from the texts' rows), and how many tokens
+    # went through the forward passes this run
+    timings: dict = field(default_factory=dict)
+    resumed_from: int = 0  # texts already complete when this run started
+
+
+@dataclass
+class Prepared:
+    """A capture planned without its model's weights: what :func:`run` needs."""
+
+    options: SniffOptions
+    torch: object
+    transformers: object
+    device: devices.Device
+    ref: ModelRef
+    what: str
+    facts: ModelFacts
+    cls: object
+    ratio: int
+    windows: list
+    text_record: dict
+    q_heads: list
+    k_heads: list
+    plan: CapturePlan
+    tokens: dict | None
+    notes: list
+    identity: dict
+    like: Like | None
+    seconds: float
 
 
 def _is_capture_entry(p: Path) -> bool:
     return (p.is_dir() and HEAD_DIR.match(p.name) is not None) or p.name == METADATA_FILE
 
 
-def _import_backend():
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise SniffError(f"qkdb sniff needs torch and transformers ({exc.name} is missing): {INSTALL_HINT}") from exc
-    if not hasattr(transformers, "AttentionInterface"):
-        raise SniffError(
-            f"transformers {transformers.__version__} is too old for qkdb sniff (needs 5.x): {INSTALL_HINT}"
-        )
-    return torch, transformers
-
-
-def _one_line(exc: BaseException) -> str:
-    """An exception as one short line (transformers' messages run over several)."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}{'…' if len(text) > 300 else ''}"
-
-
-# --------------------------------------------------------------------------- model facts
-
-
-def _flat_rope(rp: dict) -> tuple[float | None, dict | None]:
-    """(rope_theta, scaling or None) of one flat transformers RoPE dict."""
-    theta = rp.get("rope_theta")
-    rope_type = rp.get("rope_type", rp.get("type", "default"))
-    # partial rotary is not a scaling of the frequencies: the capture records it as rotary_dims
-    scaling = ({k: v for k, v in rp.items() if k not in ("rope_theta", "partial_rotary_factor")}
-               if rope_type != "default" else None)
-    return (float(theta) if theta is not None else None), scaling
-
-
-def _rope_parameters(cfg) -> tuple[dict, dict[str, dict]]:
-    """The model's RoPE settings as one flat dict, and the per-attention-type dicts when there are several.
-
-    transformers 5 keeps ``rope_parameters`` (one dict, or one per layer type: Gemma3's
-    ``sliding_attention`` / ``full_attention``); 4.x configs keep ``rope_theta`` and ``rope_scaling``.
-    The flat dict is the global layers' one.
-    """
-    rp = getattr(cfg, "rope_parameters", None)
-    if isinstance(rp, dict) and rp:
-        if all(isinstance(v, dict) for v in rp.values()):
-            return dict(rp.get("full_attention") or next(iter(rp.values()))), {k: dict(v) for k, v in rp.items()}
-        return dict(rp), {}
-    out = {}
-    if getattr(cfg, "rope_theta", None) is not None:
-        out["rope_theta"] = cfg.rope_theta
-    scaling = getattr(cfg, "rope_scaling", None)
-    if isinstance(scaling, dict):
-        out.update(scaling)
-    return out, {}
-
-
-def model_facts(config) -> ModelFacts:
-    """Layers, heads, head_dim, RoPE (base, scaling, per layer), NoPE layers and non-RoPE position scalings."""
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    n_q = int(cfg.num_attention_heads)
-    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_q)
-    # multi-head latent attention (DeepSeek-V2/V3) sets head_dim to its rotary part; attention
-    # receives qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
-    head_dim = getattr(cfg, "qk_head_dim", None) or getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
-    n_layers = int(cfg.num_hidden_layers)
-    rp, by_type = _rope_parameters(cfg)
-    theta, scaling = _flat_rope(rp)
-    # SmolLM3 / Llama 4 style: no_rope_layers[i] is 1 when layer i applies RoPE
-    use_rope = getattr(cfg, "no_rope_layers", None)
-    nope = [i for i, v in enumerate(use_rope) if not v] if isinstance(use_rope, (list, tuple)) else []
-    rope = "rotary" if rp else "none"
-    layer_theta = layer_scaling = None
-    layer_types = getattr(cfg, "layer_types", None)
-    if by_type and isinstance(layer_types, (list, tuple)) and len(layer_types) == n_layers:
-        per_layer = [_flat_rope(by_type.get(t, rp)) for t in layer_types]
-        if len({json.dumps(p, sort_keys=True) for p in per_layer}) > 1:
-            layer_theta = [p[0] for p in per_layer]
-            layer_scaling = [p[1] for p in per_layer]
-    scalings = []
-    beta = rp.get("llama_4_scaling_beta")
-    if beta:
-        orig = rp.get("original_max_position_embeddings")
-        if not orig:
-            raise SniffError("the config sets llama_4_scaling_beta without original_max_position_embeddings")
-        scalings.append(PositionScaling(
-            "q", "llama4", tuple(range(n_layers)),
-            {"beta": float(beta), "original_max_position_embeddings": int(orig)},
-        ))
-    return ModelFacts(
-        model_type=str(getattr(cfg, "model_type", "unknown")),
-        n_layers=n_layers,
-        n_q_heads=n_q,
-        n_kv_heads=n_kv,
-        head_dim=int(head_dim),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        nope_layers=nope,
-        rope=rope,
-        rope_parameters=rp,
-        layer_rope_theta=layer_theta,
-        layer_rope_scaling=layer_scaling,
-        position_scalings=scalings,
-    )
-
-
-# --------------------------------------------------------------------------- names
-
-
-def _default_name(options: SniffOptions) -> str:
-    src = Path(options.gguf) if options.gguf is not None else Path(options.model_path).resolve()
-    stem = src.stem if options.gguf is not None else src.name
-    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.")
-    return name or "sniffed-model"
-
-
-def _hub_cache_origin(path: Path) -> tuple[str | None, str | None]:
-    """(repo id, revision) of a path inside a Hugging Face cache (``models--org--name/snapshots/<sha>``)."""
-    parts = path.resolve().parts
-    for i, part in enumerate(parts):
-        if part.startswith("models--") and i + 2 < len(parts) and parts[i + 1] == "snapshots":
-            return part[len("models--"):].replace("--", "/"), parts[i + 2]
-    return None, None
-
-
-def _gguf_origin(path: Path) -> str | None:
-    """The Hugging Face repo a GGUF file says it was converted from, if it says so."""
-    try:
-        from gguf import GGUFReader
-
-        fields = GGUFReader(str(path)).fields
-    except Exception:  # a file transformers can read but gguf cannot: no origin, not an error
-        return None
-
-    def value(key: str):
-        f = fields.get(key)
-        try:
-            return f.contents() if f is not None else None
-        except Exception:
-            return None
-
-    repo = value("general.source.huggingface.repository")
-    if isinstance(repo, str) and repo.strip():
-        return repo.strip()
-    url = value("general.source.url")
-    if isinstance(url, str):
-        m = re.match(r"https?://huggingface\.co/([^/\s]+/[^/\s]+)", url.strip())
-        if m:
-            return m.group(1)
-    return None
-
-
-def _origin(options: SniffOptions) -> tuple[str, str | None]:
-    """(hf_model, model_revision) to record: given, else the repo id when known, else the file name.
-
-    Never an absolute local path: the record must mean the same on another machine.
-    """
-    src = Path(options.gguf if options.gguf is not None else options.model_path)
-    repo, rev = _hub_cache_origin(src.parent if options.gguf is not None else src)
-    if repo is None and options.gguf is not None:
-        repo = _gguf_origin(src)
-    if options.hf_model is not None and options.hf_model != repo:
-        rev = None  # the cache's snapshot is a revision of another repo than the one given
-    return options.hf_model or repo or src.resolve().name, options.model_revision or rev
-
-
-def default_family(model_type: str, hf_model: str | None) -> str:
-    """The registry's family of the model when it is known to it, else the config's ``model_type``."""
-    for spec in registry.load_registry():
-        if hf_model and spec.hf_model and spec.hf_model.lower() == hf_model.lower():
-            return spec.family
-    return FAMILY_OF_MODEL_TYPE.get(model_type, model_type)
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def _where(options: SniffOptions) -> tuple[str, dict, str]:
-    """(folder, from_pretrained kwargs, name for messages)."""
-    if options.gguf is not None:
-        gguf = Path(options.gguf).resolve()
-        return str(gguf.parent), {"gguf_file": gguf.name}, str(options.gguf)
-    return str(Path(options.model_path).resolve()), {"local_files_only": True}, str(options.model_path)
-
-
-def load_config(options: SniffOptions, transformers):
-    where, kwargs, what = _where(options)
-    try:
-        return transformers.AutoConfig.from_pretrained(where, **kwargs)
-    except Exception as exc:  # transformers raises many types here; all mean "cannot use this"
-        raise SniffError(f"{what}: transformers cannot read its model config ({_one_line(exc)})") from exc
-
-
-def load_tokenizer(options: SniffOptions, transformers):
-    where, kwargs, what = _where(options)
-    try:
-        return transformers.AutoTokenizer.from_pretrained(where, **kwargs)
-    except Exception as exc:
-        raise SniffError(f"{what}: transformers cannot load a tokenizer from it ({_one_line(exc)})") from exc
-
-
-def load_model(options: SniffOptions, torch, transformers):
-    """The model in float32 and eval mode."""
-    where, kwargs, what = _where(options)
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
-    except Exception as exc:
-        raise SniffError(f"{what}: transformers cannot load it as a causal LM ({_one_line(exc)})") from exc
-    model.eval()
-    return model
-
-
-def _select_attention(model, name: str) -> None:
-    try:
-        model.set_attn_implementation(name)
-    except (AttributeError, ValueError, KeyError):
-        pass
-    # older or unusual models keep private copies of the config on their layers
-    for module in model.modules():
-        cfg = getattr(module, "config", None)
-        if cfg is not None and hasattr(cfg, "_attn_implementation"):
-            try:
-                cfg._attn_implementation = name
-            except (AttributeError, ValueError):
-                cfg._attn_implementation_internal = name
-
-
-def _attention_modules(model) -> dict[int, object]:
-    """Each layer's attention module (the one with a ``layer_idx`` whose class names attention)."""
-    found: dict[int, object] = {}
-    for module in model.modules():
-        layer = getattr(module, "layer_idx", None)
-        if isinstance(layer, int) and "attention" in type(module).__name__.lower():
-            found.setdefault(layer, module)
-    return found
-
-
-def _tokenizer_specials(tokenizer) -> tuple[int | None, int | None]:
-    """(bos to start each window or None, eos to separate packed documents or None)."""
-    probe = tokenizer("a", add_special_tokens=True)["input_ids"]
-    bos = tokenizer.bos_token_id
-    adds_bos = bos is not None and len(probe) > 0 and probe[0] == bos
-    return (bos if adds_bos else None), tokenizer.eos_token_id
-
-
-# --------------------------------------------------------------------------- the plan
-
-
-class CapturePlan:
-    """Which rows each head file keeps from each text, drawn before the model loads, and where they go.
-
-    A head file keeps ``min(share, length)`` positions of each text (its share of
-    ``vectors_per_head``, or all positions of a shorter text), so every file keeps the same count;
-    ``store`` writes a text's rows into the file's array, allocated once for the whole capture.
-    """
-
-    def __init__(self, files, lengths, options: SniffOptions, head_dim: int):
-        self.files = list(files)
-        self.lengths = np.asarray(lengths, np.int64)
-        self.asked = options.vectors_per_head
-        share = sampling.split_evenly(options.vectors_per_head, len(self.lengths))
-        self.counts = np.minimum(share, self.lengths)
-        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
-        n = int(self.offsets[-1])
-        self.example_id = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.counts)
-        self.positions: dict[tuple, np.ndarray] = {}
-        self.buckets: dict[tuple, np.ndarray] = {}
-        for f in self.files:
-            pos, bucket = np.empty(n, np.int64), np.empty(n, np.int32)
-            for e, length in enumerate(self.lengths):
-                a, b = self.offsets[e], self.offsets[e + 1]
-                rng = sampling.position_rng(options.seed, e, *f)
-                pick = sampling.sample_positions(int(length), int(self.counts[e]), rng, options.positions,
-                                                 options.min_bucket_size)
-                pos[a:b], bucket[a:b] = pick.positions, pick.buckets
-            self.positions[f], self.buckets[f] = pos, bucket
-        self.dtype = np.dtype(options.dtype)
-        self.head_dim = head_dim
-        self.vectors: dict[tuple, np.ndarray] = {}
-
-    @property
-    def kept(self) -> int:
-        """Rows every head file keeps."""
-        return int(self.offsets[-1])
-
-    def allocate(self) -> None:
-        # Once, before the first forward pass (see sniff_recorder's module doc for why it matters).
-        self.vectors = {f: np.zeros((self.kept, self.head_dim), self.dtype) for f in self.files}
-
-    def positions_of(self, f, text: int) -> np.ndarray:
-        return self.positions[f][self.offsets[text]:self.offsets[text + 1]]
-
-    def store(self, f, text: int, rows: np.ndarray) -> None:
-        self.vectors[f][self.offsets[text]:self.offsets[text + 1]] = rows
-
-    def shortfall(self, minimum: int) -> tuple[list[str], str | None]:
-        """Notes when the files keep fewer rows than asked, and an error when fewer than ``minimum``."""
-        if self.kept >= self.asked:
-            return [], None
-        short = int(np.sum(self.counts < sampling.split_evenly(self.asked, len(self.lengths))))
-        why = (f"{short} of the {len(self.lengths)} texts hold fewer tokens than their share "
-               f"(lengths {_range(self.lengths)})")
-        names = ", ".join(head_dir_name(*f) for f in self.files[:6]) + (
-            f" and {len(self.files) - 6} more" if len(self.files) > 6 else "")
-        if self.kept < minimum:
-            return [], (f"every head file would keep only {self.kept} vectors ({names}), fewer than the "
-                        f"{minimum} an ingest needs (asked for {self.asked}; {why}): use longer or more texts")
-        return [f"each of the {len(self.files)} head files keeps {self.kept} of the {self.asked} vectors asked "
-                f"for ({names}): {why}"], None
-
-
-def _range(values) -> str:
-    lo, hi = int(np.min(values)), int(np.max(values))
-    return f"{lo}" if lo == hi else f"{lo}–{hi}"
-
-
-# --------------------------------------------------------------------------- capture
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Move a finished capture into place; an existing capture is replaced only as a whole."""
-    if out.is_dir():
-        for entry in out.iterdir():
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        for entry in tmp.iterdir():
-            os.replace(entry, out / entry.name)
-        tmp.rmdir()
-    else:
-        os.replace(tmp, out)
+def resume_options(out: Path, **given) -> SniffOptions:
+    """The options of the partial capture of ``out`` (``--resume``), with ``given`` ones on top (checked by :func:`run`)."""
+    partial = PartialCapture(Path(out))
+    if not partial.exists:
+        raise SniffError(f"{out}: nothing to resume (no partial capture in {partial.root})", kind="not_found")
+    return SniffOptions.from_record(Path(out), partial.identity().get("options", {}), resume=True, **given)
 
 
 def sniff(options: SniffOptions, progress: Progress | None = None) -> SniffResult:
     """Run the capture described by ``options`` and write it to ``options.out``.
 
     Everything that can be checked without the model is checked first: the options and inputs,
-    the config, the texts (tokenized), and whether every head file gets enough rows.
+    the device, the config, the texts (tokenized), and whether every head file gets enough rows.
+    A partial capture of the same options in ``out``'s working folder is continued; one of other
+    options is refused, naming the difference (``force`` discards it).
 
     ``progress(event, **info)`` is called with ``"load"``, ``"plan"`` (texts, query_heads,
-    key_heads), ``"text"`` (done, total) and ``"write"`` (done, total) events.
+    key_heads, done), ``"text"`` (done, total) and ``"write"`` (done, total) events.
 
     Returns
     -------
     SniffResult
         Where the dataset went, its metadata, what was captured and notes for the user.
     """
-    t0 = time.perf_counter()
     progress = progress or (lambda *a, **k: None)
     options.check()
-    torch, transformers = _import_backend()
+    return run(prepare(options), progress)
 
+
+# --------------------------------------------------------------------------- preparing
+
+
+def prepare(options: SniffOptions, plan_only: bool = False) -> Prepared:
+    """Everything before the weights load: device, config, tokenizer, texts, heads, positions, identity.
+
+    ``plan_only``: the device is not resolved (a series planned on a cluster's driver, which may
+    have no GPU; each worker resolves its own); the result then only gives the plan.
+    """
+    t0 = time.perf_counter()
+    torch, transformers = import_backend()
     if options.threads:
         torch.set_num_threads(int(options.threads))
-    what = str(options.gguf or options.model_path)
-    config = load_config(options, transformers)
+    if plan_only:
+        device = devices.Device(torch, options.device, "cpu", "float32")
+    else:
+        device = devices.resolve(options.device, options.model_dtype, options.device_map, torch)
+        attention_backend.check_request(options.attn, device.type, device.dtype_name)
+    like = read_like(options.like) if options.like is not None else None
+    if like is not None:
+        options = replace(options, **like.text_options)
+    ref = options.model_ref()
+    what = ref.where()[2]
+    config = load_config(ref, transformers)
     facts = model_facts(config)
-    cls = _model_class(config, transformers)
+    if like is not None:
+        check_layout(like, facts, what)
+    cls = model_class(config, transformers)
     if cls is not None:
-        _check_routes_attention(cls, config, what)
+        check_routes_attention(cls, config, what)
     try:
         ratio = sampling.gqa_ratio(facts.n_q_heads, facts.n_kv_heads)
     except ValueError as exc:
         raise SniffError(f"{what}: {exc}") from exc
-    tokenizer = load_tokenizer(options, transformers)
-    bos, eos = _tokenizer_specials(tokenizer)
-    windows = texts.token_windows(
-        texts.iter_documents(options.text, options.text_field),
-        lambda s: tokenizer(s, add_special_tokens=False)["input_ids"],
-        options.max_length,
-        pack=options.pack,
-        bos_id=bos,
-        eos_id=eos,
-        limit=options.n_texts,
-    )
-    q_heads = sampling.sample_query_heads(facts.n_layers, facts.n_q_heads, options.q_heads, options.seed)
-    k_heads = sampling.key_heads_for(q_heads, facts.n_q_heads, facts.n_kv_heads)
-    files = [(l, h, "q") for l, h in q_heads] + [(l, h, "k") for l, h in k_heads]
-    plan = CapturePlan(files, [len(w) for w in windows], options, facts.head_dim)
-    notes, error = plan.shortfall(IngestOptions().min_vectors)
-    if error:
-        raise SniffError(f"{options.text}: {error}")
-    _check_longrope(facts, [len(w) for w in windows], options.text)
+    tokenizer = load_tokenizer(ref, transformers)
+    bos, eos = tokenizer_specials(tokenizer)
+    windows, example_ids, record = _texts(options, tokenizer, bos, eos)
+    source = options.dataset or str(options.text)
+    if like is not None and record["tokens_sha256"] != like.tokens_sha256:
+        raise SniffError(f"--like {like.path}: its texts tokenize differently with {what}'s tokenizer (the token "
+                         "hashes differ): the positions would not be the same tokens")
+    if like is not None:
+        files = like.files
+        q_heads = [(l, h) for l, h, k in files if k == "q"]
+        k_heads = [(l, h) for l, h, k in files if k == "k"]
+        try:
+            plan = CapturePlan.given(files, [len(w) for w in windows], example_ids, like.rows)
+        except ValueError as exc:
+            raise SniffError(f"--like {like.path}: {exc}") from None
+        notes = []
+    else:
+        q_heads = sampling.sample_query_heads(facts.n_layers, facts.n_q_heads, options.q_heads, options.seed)
+        k_heads = sampling.key_heads_for(q_heads, facts.n_q_heads, facts.n_kv_heads)
+        files = [(l, h, "q") for l, h in q_heads] + [(l, h, "k") for l, h in k_heads]
+        plan = CapturePlan.drawn(files, [len(w) for w in windows], vectors_per_head=options.vectors_per_head,
+                                 seed=options.seed, policy=options.positions, min_bucket_size=options.min_bucket_size,
+                                 example_ids=example_ids)
+        notes, error = plan.shortfall(IngestOptions().min_vectors)
+        if error:
+            raise SniffError(f"{source}: {error}")
+    check_longrope(facts, [len(w) for w in windows], source)
+    notes = notes + _context_note(config, windows, what)
     tokens = None
     if options.token_strings:
         tokens = {f: [] for f in files}
         for f in files:
             for e, ids in enumerate(windows):
                 tokens[f].extend(tokenizer.convert_ids_to_tokens(ids[plan.positions_of(f, e)].tolist()))
-    progress("plan", texts=len(windows), query_heads=len(q_heads), key_heads=len(k_heads))
+    identity = {
+        "options": options.record(),
+        "resolved": {"device": device.name, "model_dtype": device.dtype_name},
+        "versions": {"qkdb": _qkdb_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+        "texts_sha256": record["tokens_sha256"],
+        "plan_sha256": plan.fingerprint(),
+    }
+    return Prepared(options, torch, transformers, device, ref, what, facts, cls, ratio, windows, record, q_heads,
+                    k_heads, plan, tokens, notes, identity, like, time.perf_counter() - t0)
 
-    progress("load", what=what)
-    model = load_model(options, torch, transformers)
+
+def _qkdb_version() -> str:
+    from qkdb._version import version
+
+    return version()
+
+
+def _texts(options: SniffOptions, tokenizer, bos, eos) -> tuple[list, np.ndarray, dict]:
+    """(token windows, example_id of each, ``capture.texts``) from the dataset or the local source."""
+    def encode(s: str) -> list[int]:
+        return tokenizer(s, add_special_tokens=False)["input_ids"]
+
+    if options.dataset is not None:
+        request = DatasetRequest(options.dataset, options.dataset_config, options.dataset_split,
+                                 options.dataset_revision, options.text_field, options.id_column)
+        dataset = HubDataset(request, endpoint=options.hub_endpoint, cache_dir=options.hub_cache)
+        found = dataset_texts(dataset, encode, options.max_length, bos_id=bos,
+                              min_tokens=options.min_tokens, limit=options.n_texts)
+        windows, example_ids = found.windows, found.example_ids
+        record = dict(found.record)
+        record["example_ids"] = [int(e) for e in example_ids]
+        record["pack"] = False
+    else:
+        windows = texts.token_windows(
+            texts.iter_documents(options.text, options.text_field), encode, options.max_length,
+            pack=options.pack, bos_id=bos, eos_id=eos, limit=options.n_texts, min_tokens=options.min_tokens,
+        )
+        example_ids = np.arange(len(windows), dtype=np.int32)
+        record = {"source": str(options.text), "text_field": options.text_field, "pack": options.pack,
+                  "min_tokens": options.min_tokens}
+    record["n_texts"] = len(windows)
+    record["n_tokens"] = int(sum(len(w) for w in windows))
+    record["tokens_sha256"] = texts.tokens_sha256(windows)
+    return windows, example_ids, record
+
+
+def _context_note(config, windows, what: str) -> list[str]:
+    """A note when texts run past the model's declared context (``max_position_embeddings``): positions it was not
+    trained on. Not refused: models that scale their RoPE (dynamic NTK, YaRN) are run past it on purpose."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    longest = max(len(w) for w in windows)
+    if isinstance(context, int) and 0 < context < longest:
+        return [f"the longest text has {longest} tokens, more than {what}'s context of {context} "
+                "(max_position_embeddings): its positions past that are positions the model was not trained on"]
+    return []
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run(prep: Prepared, progress: Progress | None = None) -> SniffResult:
+    """Capture what ``prep`` planned into ``out``: continue its partial capture, or start one; publish when complete."""
+    progress = progress or (lambda *a, **k: None)
+    t0 = time.perf_counter() - prep.seconds
+    options, plan = prep.options, prep.plan
+    out = Path(options.out)
+    partial = PartialCapture(out)
+    replace_out = bool(options.force)
+    if partial.exists:
+        recorded = partial.identity()
+        diff = _identity_differences(recorded, prep.identity)
+        if diff and not options.force:
+            raise SniffError(f"{out}: a partial capture with other options is in {partial.root}: {'; '.join(diff)}. "
+                             "Run the command that started it (or --resume), or --force to discard it and start again")
+        if diff:
+            partial.remove()
+        else:
+            replace_out = replace_out or bool(recorded.get("replace_out"))
+    if not partial.exists:
+        if out.is_dir() and any(out.iterdir()) and not options.force:
+            raise SniffError(f"{out}: folder is not empty (use --force to replace a previous capture)")
+        partial.start({**prep.identity, "replace_out": replace_out})
+    done = partial.done(plan.n_texts)
+    progress("plan", texts=plan.n_texts, query_heads=len(prep.q_heads), key_heads=len(prep.k_heads), done=done)
+    if done == plan.n_texts and _published(out, prep.identity):
+        # killed after the dataset was moved into place: only the working folder was left to remove
+        partial.remove()
+        metadata = read_metadata(out)
+        return SniffResult(out, metadata, prep.q_heads, prep.k_heads, plan.n_texts, int(plan.kept_per_file.sum()),
+                           time.perf_counter() - t0, ["the capture was already complete"], rope_summary(metadata),
+                           {"prepare": prep.seconds, "tokens": 0}, resumed_from=done)
+    try:
+        return _capture(prep, partial, done, replace_out, progress, t0)
+    except SniffError as exc:
+        # What the capture refuses (a check, a forward pass that fails) would fail again the same way:
+        # nothing of it is kept. An interruption (Ctrl-C, a kill, a crash, a full disk) keeps the
+        # complete texts for the next run.
+        if not getattr(exc, "keep_partial", False):
+            partial.remove()
+        raise
+
+
+def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bool, progress, t0: float):
+    options, plan, torch, transformers = prep.options, prep.plan, prep.torch, prep.transformers
+    out = Path(options.out)
+    t_load = time.perf_counter()
+    progress("load", what=prep.what)
+    model = load_model(prep.ref, prep.device, transformers)
     # the loaded model's config is the one that counts (a GGUF's is built while loading)
-    facts = _same_facts(facts, model_facts(model.config), what)
-    if cls is None:
-        _check_routes_attention(type(model), model.config, what)
-    attn_modules = _attention_modules(model)
-    backend = attention_backend.choose(model, attn_modules)
-    plan.allocate()
+    facts = same_facts(prep.facts, model_facts(model.config), prep.what)
+    if prep.cls is None:
+        check_routes_attention(type(model), model.config, prep.what)
+    attn_modules = attention_modules(model)
+    backend = attention_backend.choose(model, attn_modules, options.attn)
     recorder = Recorder(
         torch, backend, plan, nope_layers=facts.nope_layers,
         scalings=facts.position_scalings, remove_scalings=not options.keep_position_scaling,
         pre_rope=options.pre_rope, check=not options.unchecked, attn_modules=attn_modules,
         dims=(facts.n_q_heads, facts.n_kv_heads, facts.head_dim), frequencies=FrequencySource(model),
+        tolerance=check_tolerance(prep.device.dtype_name), check_rows=options.check_rows, seed=options.seed,
+        device=prep.device, deferred=options.deferred, storage_dtype=options.dtype,
     )
     # one fixed name: a later capture in the same process replaces this recorder, none piles up
     transformers.AttentionInterface.register(ATTENTION_NAME, recorder)
     # masks are built as for the attention handed on to (sliding windows, padding); an unknown
     # name would get no mask at all
     transformers.AttentionMaskInterface.register(ATTENTION_NAME, backend.mask)
-    _select_attention(model, ATTENTION_NAME)
+    select_attention(model, ATTENTION_NAME)
     # the base model only: the LM head's logits (seq × vocab floats) are not needed
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
-    layers = sorted({l for l, _, _ in files})
-    try:
-        for example_id, ids in enumerate(windows):
-            recorder.begin_text(example_id, len(ids))
-            try:
-                with torch.inference_mode():
-                    base(input_ids=torch.as_tensor(ids).unsqueeze(0), use_cache=False)
-            except StopForward:
-                pass
-            except SniffError:
-                raise
-            except Exception as exc:
-                raise SniffError(_forward_failed(exc, example_id, what, recorder)) from exc
-            finally:
-                recorder.end_text()
-            if example_id == 0:
-                missing = sorted(set(layers) - recorder.seen_layers)
-                if missing:
-                    raise SniffError(
-                        f"{what}: the model does not route attention through transformers' AttentionInterface "
-                        f"(no capture from layers {missing[:5]}); qkdb sniff cannot read its queries and keys"
-                    )
-            progress("text", done=example_id + 1, total=len(windows))
-    finally:
-        recorder.close()
+    where = input_device(model)
+    layers = sorted({l for l, _, _ in plan.files})
+    t_forward = time.perf_counter()
+    tokens_run = 0
+    # the first text establishes every layer's RoPE; after a kill it runs again, its rows compared with
+    # those stored, before the capture continues with the first incomplete text
+    schedule = ([(0, True)] if done else []) + [(e, False) for e in range(done, plan.n_texts)]
+    if done and done == plan.n_texts:
+        schedule = [(0, True)]
+
+    def host(work):
+        block, stats = recorder.finish_text(work)
+        if work.replay:
+            _same_as_stored(partial.rows(work.text), block, recorder.tolerance, out, prep.what)
+        else:
+            partial.commit_text(work.text, block, stats)
+
+    pending = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkdb-sniff-host") as pool:
+        try:
+            for e, replay in schedule:
+                ids = prep.windows[e]
+                recorder.begin_text(e, len(ids), replay=replay)
+                try:
+                    with torch.inference_mode():
+                        base(input_ids=torch.as_tensor(ids).unsqueeze(0).to(where), use_cache=False)
+                except StopForward:
+                    pass
+                except SniffError:
+                    raise
+                except Exception as exc:
+                    raise SniffError(forward_failed(exc, e, prep.what, recorder)) from exc
+                finally:
+                    work = recorder.end_text()
+                tokens_run += len(ids)
+                if pending is not None:
+                    pending.result()  # the previous text's host side (its errors surface here)
+                pending = pool.submit(host, work)
+                if e == 0:  # every later text needs the layouts the first one establishes
+                    pending.result()
+                    pending = None
+                    missing = sorted(set(layers) - recorder.seen_layers)
+                    if missing:
+                        raise SniffError(
+                            f"{prep.what}: the model does not route attention through transformers' "
+                            f"AttentionInterface (no capture from layers {missing[:5]}); qkdb sniff cannot read its "
+                            "queries and keys"
+                        )
+                if not replay:
+                    progress("text", done=e + 1, total=plan.n_texts)
+            if pending is not None:
+                pending.result()
+        finally:
+            recorder.close()
+    t_assemble = time.perf_counter()
+    for e in range(1, plan.n_texts):
+        if not any(s[0] == e and not s[1] for s in schedule):  # complete before this run: its statistics
+            stats = partial.stats(e)
+            for layer, diff in stats.get("max_difference", {}).items():
+                recorder.max_difference[int(layer)] = max(recorder.max_difference.get(int(layer), 0.0), diff)
+            recorder.rows_checked += int(stats.get("rows_checked", 0))
     check = check_summary(recorder, layers)
-    rope = rope_facts(recorder, facts.n_layers, facts.nope_layers, facts.rope_parameters, [len(w) for w in windows])
-    notes.extend(_check_notes(check, facts, options, rope))
-
-    out = Path(options.out)
-    tmp = out.parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    tmp.mkdir(parents=True)
-    try:
-        for i, f in enumerate(files):
-            layer, head, kind = f
-            write_head(
-                tmp, layer, head, kind, plan.vectors.pop(f), plan.positions[f],
-                example_id=plan.example_id, bucket=plan.buckets[f],
-                sliding_window=recorder.sliding.get(layer),
-                token_str=tokens[f] if tokens is not None else None,
-                dtype=options.dtype,
-            )
-            progress("write", done=i + 1, total=len(files))
-        max_position = int(max(p.max() for p in plan.positions.values())) if plan.kept else None
-        metadata = _metadata(options, facts, ratio, q_heads, windows, plan, check, rope, max_position, transformers,
-                             torch)
-        write_metadata(tmp, metadata)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return SniffResult(out, metadata, q_heads, k_heads, len(windows), plan.kept * len(files),
-                       time.perf_counter() - t0, notes, rope_summary(metadata))
+    rope = rope_facts(recorder, facts.n_layers, facts.nope_layers, facts.rope_parameters,
+                      [len(w) for w in prep.windows])
+    notes = list(prep.notes) + _check_notes(check, facts, options, rope)
+    metadata = _assemble(prep, partial, recorder, facts, check, rope, model, replace_out, progress)
+    t_end = time.perf_counter()
+    timings = {"prepare": prep.seconds, "load": t_forward - t_load, "forward": t_assemble - t_forward,
+               "assemble": t_end - t_assemble, "tokens": tokens_run}
+    return SniffResult(out, metadata, prep.q_heads, prep.k_heads, plan.n_texts, int(plan.kept_per_file.sum()),
+                       t_end - t0, notes, rope_summary(metadata), timings, resumed_from=done)
 
 
-def _check_longrope(facts: ModelFacts, lengths: list[int], text: str) -> None:
-    """Refuse texts on both sides of longrope's switch: their queries and keys would turn at two sets of frequencies.
+def _published(out: Path, identity: dict) -> bool:
+    """Whether ``out`` holds the finished capture of exactly this identity."""
+    if not (out / METADATA_FILE).is_file():
+        return False
+    return (read_metadata(out).get("capture") or {}).get("identity_sha256") == identity_sha256(identity)
 
-    transformers' longrope (Phi-3) uses its ``long_factor`` for a text longer than
-    ``original_max_position_embeddings`` and its ``short_factor`` otherwise.
-    """
-    rp = facts.rope_parameters
-    if rp.get("rope_type", rp.get("type")) != "longrope" or not lengths:
-        return
-    threshold = rp.get("original_max_position_embeddings")
-    if not isinstance(threshold, int):
-        return
-    short = sum(n <= threshold for n in lengths)
-    if 0 < short < len(lengths):
-        raise SniffError(
-            f"{text}: the model's longrope uses its short factors for texts of up to {threshold} tokens "
-            f"(original_max_position_embeddings) and its long factors above; these texts are "
-            f"{_range(lengths)} tokens long ({short} short, {len(lengths) - short} long), so their RoPE frequencies "
-            f"would differ: capture texts all of up to {threshold} tokens (--max-length {threshold}) or all longer"
+
+def _identity_differences(recorded: dict, now: dict) -> list[str]:
+    """What differs between a partial capture's identity and this command's, one phrase each."""
+    out = differences(recorded.get("options", {}), now["options"], FLAGS)
+    for key, label in (("resolved", "the resolved"), ("versions", "the library versions")):
+        if recorded.get(key) != now.get(key):
+            a, b = recorded.get(key) or {}, now.get(key) or {}
+            out += [f"{label} {k} {b.get(k)} (the partial capture's: {a.get(k)})"
+                    for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if not out and recorded.get("texts_sha256") != now["texts_sha256"]:
+        out.append("the texts (their source changed since: its tokens differ)")
+    if not out and recorded.get("plan_sha256") != now["plan_sha256"]:
+        out.append("the heads or positions (the model's config or tokenizer changed since)")
+    return out
+
+
+def _same_as_stored(stored: np.ndarray, block: np.ndarray, tolerance: float, out: Path, what: str) -> None:
+    """The first text again after a kill must give the rows stored for it: else the model (or its files) changed."""
+    if stored.shape != block.shape:
+        err = SniffError(f"{out}: the partial capture's first text holds {stored.shape[0]} rows, this run gives "
+                         f"{block.shape[0]}: it was made by another plan; use --force to start again")
+        err.keep_partial = True
+        raise err
+    a, b = np.asarray(stored, np.float64), np.asarray(block, np.float64)
+    scale = float(np.max(np.abs(a))) or 1.0
+    diff = float(np.max(np.abs(a - b))) / scale if a.size else 0.0
+    if diff > tolerance:
+        err = SniffError(f"{out}: {what} gives other vectors for the first text than the partial capture stored "
+                         f"(relative difference {diff:.2g}): the model changed since; use --force to start again")
+        err.keep_partial = True
+        raise err
+
+
+def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, rope, model, replace_out: bool,
+              progress) -> dict:
+    """Write every head file from the texts' rows (one file's rows in memory at a time), the metadata; publish."""
+    plan, options = prep.plan, prep.options
+    build = partial.build_folder()
+    blocks = [partial.rows(e) for e in range(plan.n_texts)]
+    for i, f in enumerate(plan.files):
+        layer, head, kind = f
+        parts = [blocks[e][plan.text_offsets[e, i]:plan.text_offsets[e, i + 1]] for e in range(plan.n_texts)]
+        vectors = np.concatenate(parts) if parts else np.zeros((0, facts.head_dim), options.dtype)
+        write_head(
+            build, layer, head, kind, vectors, plan.positions[f],
+            example_id=plan.example_id_column(f), bucket=plan.buckets[f],
+            sliding_window=recorder.sliding.get(layer),
+            token_str=prep.tokens[f] if prep.tokens is not None else None,
+            dtype=options.dtype,
         )
+        progress("write", done=i + 1, total=len(plan.files))
+        if i == 0:
+            pause("assembling")
+    del blocks
+    positions = [p for p in plan.positions.values() if len(p)]
+    max_position = int(max(p.max() for p in positions)) if positions else None
+    metadata = _metadata(prep, facts, check, rope, max_position, recorder, model)
+    write_metadata(build, metadata)
+    partial.publish(build, replace=replace_out)
+    return metadata
 
 
-def _model_class(config, transformers):
-    """The causal-LM class transformers would load for ``config``, or None when it cannot say."""
-    try:
-        return transformers.AutoModelForCausalLM._model_mapping[type(config)]
-    except Exception:  # noqa: BLE001 - a private mapping: when it fails, the loaded model is checked instead
-        return None
-
-
-def _check_routes_attention(cls, config, what: str) -> None:
-    """Refuse a model class whose attention does not go through AttentionInterface (before loading its weights).
-
-    transformers' own test (``_can_set_attn_implementation``: does its modeling code call
-    ``ALL_ATTENTION_FUNCTIONS``) decides; the reason names ALiBi when the config says so, or, for
-    configs without such a flag (Bloom), when its attention takes an ``alibi`` argument.
-    """
-    can = getattr(cls, "_can_set_attn_implementation", None)
-    try:
-        routed = bool(can()) if callable(can) else True
-    except Exception:  # noqa: BLE001 - transformers' own heuristic failed: let the forward pass tell
-        routed = True
-    if routed:
-        return
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    flags = [getattr(cfg, "alibi", None), getattr(getattr(cfg, "attn_config", None), "alibi", None)]
-    params: set[str] = set()
-    module = sys.modules.get(cls.__module__)
-    for name, obj in inspect.getmembers(module, inspect.isclass) if module is not None else ():
-        if "Attention" in name and obj.__module__ == cls.__module__ and hasattr(obj, "forward"):
-            params |= set(inspect.signature(obj.forward).parameters)
-    alibi = any(f is True for f in flags) or (all(f is None for f in flags) and bool({"alibi", "position_bias"} & params))
-    why = ("it adds ALiBi position biases to its attention scores (no rotary embedding), and its attention "
-           if alibi else "its attention ")
-    raise SniffError(
-        f"{what}: {why}does not go through transformers' AttentionInterface ({cls.__name__} computes it in "
-        "its own code): qkdb sniff cannot read its queries and keys"
-    )
-
-
-def _forward_failed(exc: BaseException, text: int, what: str, recorder) -> str:
-    """One line for a forward pass that raised inside transformers (its text only with --debug)."""
-    where = None
-    tb = exc.__traceback__
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if "transformers" in name:
-            where = Path(name).name
-        tb = tb.tb_next
-    place = f" in transformers' {where}" if where else ""
-    return (f"{what}: the model's forward pass failed on text {text}{place}, with qkdb sniff's "
-            f"attention function handing on to {recorder.backend.name}: qkdb sniff cannot capture this model "
-            "(--debug shows the error)")
-
-
-def _same_facts(before: ModelFacts, after: ModelFacts, what: str) -> ModelFacts:
-    """The loaded model's facts; its head counts must be those the plan was drawn with."""
-    keys = ("n_layers", "n_q_heads", "n_kv_heads", "head_dim")
-    if any(getattr(before, k) != getattr(after, k) for k in keys):
-        shown = ", ".join(f"{k} {getattr(before, k)} → {getattr(after, k)}" for k in keys
-                          if getattr(before, k) != getattr(after, k))
-        raise SniffError(f"{what}: the loaded model's config differs from the one read before loading ({shown})")
-    return after
+# --------------------------------------------------------------------------- what is recorded
 
 
 def _check_notes(check: dict, facts: ModelFacts, options: SniffOptions, rope) -> list[str]:
@@ -790,23 +688,46 @@ def _layer_list(layers: list[int]) -> str:
     return ", ".join(map(str, layers[:8])) + (f" and {len(layers) - 8} more" if len(layers) > 8 else "")
 
 
-def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: CapturePlan, check, rope, max_position,
-              transformers, torch) -> dict:
-    from qkdb._version import version
+def _versions(backend_name: str) -> dict:
+    """Versions of what computed the vectors besides torch and transformers."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
 
-    weights = (
-        {"gguf_file": Path(options.gguf).name} if options.gguf is not None
-        else {"model_path": str(Path(options.model_path).resolve())}
-    )
-    hf_model, revision = _origin(options)
+    out = {}
+    names = ["accelerate"] + (["flash-attn"] if backend_name.startswith("flash") else [])
+    for name in names:
+        try:
+            out[name.replace("-", "_") + "_version"] = dist_version(name)
+        except PackageNotFoundError:
+            out[name.replace("-", "_") + "_version"] = None
+    return out
+
+
+def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, recorder, model) -> dict:
+    options, plan = prep.options, prep.plan
+    ref = prep.ref
+    if ref.gguf is not None:
+        weights = {"gguf_file": Path(ref.gguf).name}
+    elif ref.hub_id is not None:
+        weights = {"hub_model": ref.hub_id, "model_commit": hub_commit(ref)}
+    else:
+        weights = {"model_path": str(Path(ref.model_path).resolve())}
+    hf_model, revision = origin(ref, options.hf_model)
     top = rope.top
+    positions = ({"policy": options.positions, "min_bucket_size": options.min_bucket_size,
+                  "vectors_per_head": options.vectors_per_head} if prep.like is None else
+                 {"policy": "like", "like": str(Path(options.like).resolve())})
+    kept = plan.kept_per_file
+    positions["kept_per_head"] = int(kept[0]) if len(kept) and np.all(kept == kept[0]) else [int(k) for k in kept]
+    attention = dict(rope.attention)
+    attention["asked"] = options.attn
     meta = {
-        "model": options.model_name or _default_name(options),
+        "model": options.model_name or default_name(ref, hf_model),
         "family": options.family or default_family(facts.model_type, hf_model),
         "n_layers": facts.n_layers,
         "n_q_heads": facts.n_q_heads,
         "n_kv_heads": facts.n_kv_heads,
-        "gqa_ratio": ratio,
+        "gqa_ratio": prep.ratio,
         "head_dim": facts.head_dim,
         "rope": top["rope"],
         "rope_theta": facts.rope_theta,
@@ -831,37 +752,39 @@ def _metadata(options, facts: ModelFacts, ratio, q_heads, windows, plan: Capture
         "hf_model": hf_model,
         "capture": {
             "tool": "qkdb sniff",
-            "qkdb_version": version(),
-            "transformers_version": transformers.__version__,
-            "torch_version": torch.__version__,
+            "qkdb_version": _qkdb_version(),
+            "transformers_version": prep.transformers.__version__,
+            "torch_version": prep.torch.__version__,
+            **_versions(recorder.backend.name),
             # the pydoc corpus changes between Python releases: an exact rerun needs the same one
             "python_version": platform.python_version(),
             **weights,
             "model_type": facts.model_type,
             "seed": options.seed,
-            "texts": {
-                "source": str(options.text),
-                "n_texts": len(windows),
-                "n_tokens": int(sum(len(w) for w in windows)),
-                "pack": options.pack,
-            },
+            "texts": prep.text_record,
             "max_length": options.max_length,
-            "q_heads": len(q_heads),
-            "q_heads_sampling": "numpy default_rng(seed).choice(n_layers*n_q_heads, q_heads, replace=False)",
-            "positions": {
-                "policy": options.positions,
-                "min_bucket_size": options.min_bucket_size,
-                "vectors_per_head": options.vectors_per_head,
-                "kept_per_head": plan.kept,
-            },
+            "q_heads": len(prep.q_heads),
+            "q_heads_sampling": ("numpy default_rng(seed).choice(n_layers*n_q_heads, q_heads, replace=False)"
+                                 if prep.like is None else "the --like capture's head files"),
+            "positions": positions,
             "pre_rope": options.pre_rope,
             "dtype": options.dtype,
+            "device": prep.device.record(model),
             "token_strings": options.token_strings,
             "check": check,
             "rope": rope.rope,
-            "attention": rope.attention,
+            "attention": attention,
+            "plan_sha256": plan.fingerprint(),
+            "identity_sha256": identity_sha256(prep.identity),
         },
     }
+    if prep.like is not None:
+        meta["capture"]["like"] = prep.like.record()
     if revision:
         meta["model_revision"] = revision
     return meta
+
+
+def identity_sha256(identity: dict) -> str:
+    """A hash of what decides a capture (options, resolved device, versions, texts, plan): equal commands, equal hash."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()

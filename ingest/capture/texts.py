@@ -115,11 +115,14 @@ def token_windows(
     bos_id: int | None = None,
     eos_id: int | None = None,
     limit: int | None = None,
+    min_tokens: int = 1,
 ) -> list[np.ndarray]:
     """Token-id windows (int64 arrays) from documents, tokenized lazily until ``limit`` windows exist.
 
     ``encode`` maps a text to token ids without special tokens; ``bos_id`` (when not None) starts
-    every window; ``eos_id`` (when not None) separates packed documents. See the module doc.
+    every window; ``eos_id`` (when not None) separates packed documents. Unpacked, a document of
+    fewer than ``min_tokens`` tokens (its window's length before truncation) is skipped. See the
+    module doc.
     """
     if max_length < 2:
         raise SniffError(f"--max-length must be at least 2, got {max_length}")
@@ -139,7 +142,7 @@ def token_windows(
             continue  # an empty document is no text: packed, it would add a lone separator
         ids = list(encode(doc))
         if not pack:
-            if ids:
+            if ids and len(head) + len(ids) >= min_tokens:
                 windows.append(np.asarray(head + ids[:body], dtype=np.int64))
             continue
         if eos_id is not None:
@@ -158,5 +161,18 @@ def token_windows(
     if pack and not windows and n_pending:
         windows.append(np.concatenate([np.asarray(head, np.int64)] + pending))
     if not windows:
-        raise SniffError("the text source produced no tokens")
+        raise SniffError("the text source produced no tokens" if min_tokens <= 1 else
+                         f"the text source holds no document of at least {min_tokens} tokens (lower --min-tokens)")
     return windows[:limit] if limit is not None else windows
+
+
+def tokens_sha256(windows: list[np.ndarray]) -> str:
+    """A hash of the token windows (their lengths and ids): the same texts tokenized the same way, the same hash."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for w in windows:
+        arr = np.ascontiguousarray(w, np.int64)
+        h.update(np.int64(len(arr)).tobytes())
+        h.update(arr.tobytes())
+    return h.hexdigest()

@@ -131,13 +131,15 @@ class RayCluster:
     def __exit__(self, *exc_info) -> None:
         self.ray.shutdown()
 
-    def run_models(self, fn: Callable, calls: Sequence[ClusterCall], *, retries: int = RETRIES) -> Iterator[ClusterOutcome]:
+    def run_models(self, fn: Callable, calls: Sequence[ClusterCall], *, retries: int = RETRIES,
+                   name: str = "qkdb-ingest", num_gpus: float = 0) -> Iterator[ClusterOutcome]:
         """Run ``fn(*call.args)`` as one Ray task per call; yield each call's outcome as it completes.
 
-        Each task asks for one CPU and computes its model in one process (a cluster has more
-        models than a model has head groups worth spreading). ``fn`` must be importable on the
-        workers: qkdb is installed there, at the driver's version. Closing the iterator early
-        cancels the tasks still running.
+        Each task asks for one CPU (and ``num_gpus`` GPUs: a capture's, ``qkdb sniff --cluster``) and
+        computes its model in one process (a cluster has more models than a model has head groups
+        worth spreading). ``fn`` must be importable on the workers: qkdb is installed there, at the
+        driver's version. ``name`` prefixes the tasks' names. Closing the iterator early cancels the
+        tasks still running.
         """
         ray = self.ray
         remote = ray.remote(fn)
@@ -146,7 +148,7 @@ class RayCluster:
             # The task's name is its process title on the worker (`ray::qkdb-ingest:NAME`): what
             # `ray list tasks` and `ps` show.
             ref = remote.options(
-                num_cpus=1, max_retries=retries, retry_exceptions=False, name=f"qkdb-ingest:{call.label}",
+                num_cpus=1, num_gpus=num_gpus, max_retries=retries, retry_exceptions=False, name=f"{name}:{call.label}",
             ).remote(*call.args)
             pending[ref] = call
         try:

@@ -155,7 +155,7 @@ COMMANDS = {
     "pull": ("sharing", "Add the models of a published warehouse to this one, each as an ingest adds it (atomically; never over other data unless --force)."),
     "chart": ("chart", "Render one of the seeds' figures from the warehouse; the output's extension picks the format."),
     "report": ("chart", "One self-contained HTML page (works offline): models, findings and every figure the data supports."),
-    "sniff": ("sniff", "Capture queries and keys of a causal LM (local folder or GGUF) into the sniffed-qk layout."),
+    "sniff": ("sniff", "Capture queries and keys of a causal LM (local folder, Hub model or GGUF) into the sniffed-qk layout."),
     "demo": ("demo", "Ingest the bundled real sample (SmolLM2-135M) offline, print the findings and write the report."),
 }
 

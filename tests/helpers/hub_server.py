@@ -171,6 +171,7 @@ class FakeHub:
         # -- writing --
         self.write_tokens: set[str] = {"hf_write_token"}  # tokens that may create repos and commit (others: read only)
         self.model_repos: set[str] = set()  # ids of model repos (GET /api/models/{id} answers 200)
+        self.models: dict[str, FakeRepo] = {}  # model repos with files (add_model): what from_pretrained downloads
         self.uploaded: dict[str, bytes] = {}  # LFS objects PUT but not yet in any commit (sha256 -> bytes)
         self.fail_uploads = 0  # the next N LFS PUTs answer 503 after reading the body (-1: every one)
         # "before": the commit request is read, then the connection is dropped and nothing committed;
@@ -183,6 +184,13 @@ class FakeHub:
     def add_repo(self, repo_id: str) -> FakeRepo:
         repo = FakeRepo(repo_id)
         self.repos[repo_id] = repo
+        return repo
+
+    def add_model(self, repo_id: str) -> FakeRepo:
+        """A model repo whose branches hold files (a checkpoint per branch, as Pythia's ``stepN``)."""
+        repo = FakeRepo(repo_id)
+        self.models[repo_id] = repo
+        self.model_repos.add(repo_id)
         return repo
 
     def cut(self, path: str, times: int = 1) -> None:
@@ -489,7 +497,36 @@ _RESOLVE = re.compile(r"^/datasets/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>.+?)/(?
 _CDN = re.compile(r"^/cdn/(?P<sha256>[0-9a-f]{64})$")
 
 
-class _Handler(_Writing, BaseHTTPRequestHandler):
+# -- model repos with files (FakeHub.add_model): what transformers' from_pretrained asks for --------------------
+
+_MODEL_TREE_API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/(?P<what>revision|tree|refs)(?:/(?P<rev>[^/]+))?"
+                             r"(?:/(?P<path>.*))?$")
+_MODEL_RESOLVE_RAW = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+
+
+class _ModelFiles:
+    """The handler's routes for model repos with files (a mixin of :class:`_Handler`, kept apart like writing)."""
+
+    def _model_files(self, raw: str, query: dict, head: bool) -> bool:
+        """Serve a request for a model repo of :attr:`FakeHub.models` (True when it was one)."""
+        models = self.hub.models
+        m = _MODEL_TREE_API.match(raw)
+        if m is not None and unquote(m.group("repo")) in models:
+            if head:
+                self._error(405, None, "method not allowed", head=True)
+            else:
+                self._api(m, query, repos=models, kind="models")
+            return True
+        m = _MODEL_RESOLVE_RAW.match(raw)
+        if m is not None and unquote(m.group("repo")) in models:
+            self._resolve(unquote(m.group("repo")), unquote(m.group("rev")), unquote(m.group("path")), head,
+                          repos=models)
+            return True
+        return False
+
+
+
+class _Handler(_ModelFiles, _Writing, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
@@ -565,6 +602,8 @@ class _Handler(_Writing, BaseHTTPRequestHandler):
             if hit is None:
                 return self._error(404, None, "no such object", head=head)
             return self._serve_bytes(hit[1], head, hit[0])
+        if self._model_files(raw, query, head):
+            return None
         if (m := _MODEL_API.match(raw)) is not None:
             return self._model_repo(unquote(m.group("repo")), head)
         if (m := _REPO_INFO.match(raw)) is not None:  # repo_info without a revision: of its main branch
@@ -577,8 +616,8 @@ class _Handler(_Writing, BaseHTTPRequestHandler):
             return self._resolve(unquote(m.group("repo")), unquote(m.group("rev")), unquote(m.group("path")), head)
         self._error(404, None, f"no route for {raw}", head=head)
 
-    def _repo(self, repo_id: str, head: bool = False) -> FakeRepo | None:
-        repo = self.hub.repos.get(repo_id)
+    def _repo(self, repo_id: str, head: bool = False, repos: dict | None = None) -> FakeRepo | None:
+        repo = (self.hub.repos if repos is None else repos).get(repo_id)
         if repo is None:
             self._error(404, "RepoNotFound", "Repository not found", head=head)
             return None
@@ -588,8 +627,8 @@ class _Handler(_Writing, BaseHTTPRequestHandler):
             return None
         return repo
 
-    def _api(self, m: re.Match, query: dict) -> None:
-        repo = self._repo(unquote(m.group("repo")))
+    def _api(self, m: re.Match, query: dict, repos: dict | None = None, kind: str = "datasets") -> None:
+        repo = self._repo(unquote(m.group("repo")), repos=repos)
         if repo is None:
             return
         what = m.group("what")
@@ -615,15 +654,15 @@ class _Handler(_Writing, BaseHTTPRequestHandler):
         headers = {}
         if cursor + self.hub.page_size < len(entries):
             nxt = (
-                f"{self.hub.url}/api/datasets/{repo.repo_id}/tree/{quote(rev, safe='')}"
+                f"{self.hub.url}/api/{kind}/{repo.repo_id}/tree/{quote(rev, safe='')}"
                 + (f"/{quote(sub)}" if sub else "")
                 + f"?recursive={str(recursive).lower()}&expand=false&cursor={cursor + self.hub.page_size}"
             )
             headers["Link"] = f'<{nxt}>; rel="next"'
         self._json(page, headers=headers)
 
-    def _resolve(self, repo_id: str, rev: str, path: str, head: bool) -> None:
-        repo = self._repo(repo_id, head=head)
+    def _resolve(self, repo_id: str, rev: str, path: str, head: bool, repos: dict | None = None) -> None:
+        repo = self._repo(repo_id, head=head, repos=repos)
         if repo is None:
             return
         if repo.gated and not self._authorised():
@@ -720,3 +759,49 @@ def _tree_entries(commit: Commit, sub: str, recursive: bool) -> list[dict] | Non
         if recursive or "/" not in d[len(prefix) :]:
             out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "path": d})
     return sorted(out, key=lambda e: e["path"])
+
+
+# --------------------------------------------------------------------------------------------------
+# text datasets for `qkdb sniff --dataset`: parquet and jsonl data files laid out as on the Hub
+# --------------------------------------------------------------------------------------------------
+
+
+def parquet_bytes(columns: dict[str, list], row_group_size: int = 3) -> bytes:
+    """One parquet file of ``columns`` (name -> values), in row groups of ``row_group_size`` rows."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table(columns), buf, row_group_size=row_group_size)
+    return buf.getvalue()
+
+
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def parquet_shards(columns: dict[str, list], shards: int, split: str = "train", folder: str = "data") -> dict[str, bytes]:
+    """``columns`` cut into ``shards`` parquet files named as the Hub names them:
+    ``{folder}/{split}-0000i-of-0000n.parquet`` (rows in order across the shards)."""
+    n = len(next(iter(columns.values())))
+    bounds = [round(i * n / shards) for i in range(shards + 1)]
+    return {
+        f"{folder}/{split}-{i:05d}-of-{shards:05d}.parquet":
+            parquet_bytes({k: v[bounds[i]:bounds[i + 1]] for k, v in columns.items()})
+        for i in range(shards)
+    }
+
+
+def dataset_card(configs: list[dict]) -> bytes:
+    """A dataset card (``README.md``) whose YAML header declares ``configs`` (config_name, data_files), as the Hub's."""
+    lines = ["---", "configs:"]
+    for c in configs:
+        lines.append(f"- config_name: {c['config_name']}")
+        lines.append("  data_files:")
+        for split, path in c["data_files"].items():
+            lines.append(f"  - split: {split}")
+            lines.append(f"    path: {path}")
+    lines += ["---", "", "# A text dataset", ""]
+    return "\n".join(lines).encode()

@@ -283,6 +283,44 @@ def build(folder, family: str, tokenizer_folder, vocab: int, seed: int = 0, ring
     return folder
 
 
+def attention_inputs(folder, token_windows, dtype: str = "float32", eager: bool = False,
+                     device: str = "cpu") -> list[dict]:
+    """Per text and layer, the queries and keys (heads, seq, d) attention receives, as float32 numpy.
+
+    Caught by an attention function of this module's own (registered as ``tiny_catch``) on the model
+    run by transformers alone, in ``dtype`` on ``device``: what a capture must store, bit for bit.
+    ``eager``: hand on to the model's eager attention (softcapping models) instead of sdpa.
+    """
+    import importlib
+
+    import torch
+    import transformers
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import eager_mask, sdpa_mask
+
+    caught: dict = {}
+
+    def record(module, query, key, value, attention_mask, *args, **kwargs):
+        caught[module.layer_idx] = {"q": query[0].float().cpu().numpy().copy(),
+                                    "k": key[0].float().cpu().numpy().copy()}
+        if eager:
+            forward = importlib.import_module(type(module).__module__).eager_attention_forward
+            return forward(module, query, key, value, attention_mask, *args, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
+
+    transformers.AttentionInterface.register("tiny_catch", record)
+    transformers.AttentionMaskInterface.register("tiny_catch", eager_mask if eager else sdpa_mask)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
+                                                              attn_implementation="tiny_catch").to(device)
+    out = []
+    for ids in token_windows:
+        caught = {}
+        with torch.inference_mode():
+            model(input_ids=torch.as_tensor(ids)[None].to(device), use_cache=False)
+        out.append(caught)
+    return out
+
+
 def attention_modules(model) -> list:
     base = getattr(model, model.base_model_prefix)
     layers = next(getattr(base, n) for n in ("layers", "h", "blocks") if hasattr(base, n))

@@ -303,7 +303,7 @@ def test_gemma2_softcapping_is_handed_on_and_recorded(model_of, tokenizer, refer
     assert relative(ref_plain[0][0]["q"], references("gemma2")[0][0]["q"]) < 1e-6  # same weights
     meta = read_metadata(_sniff(model_of("gemma2"), corpus, tmp_path / "out").out)
     assert meta["capture"]["attention"] == {
-        "implementation": "eager (modeling_gemma2)", "softcap": tm.GEMMA2_SOFTCAP,
+        "implementation": "eager (modeling_gemma2)", "softcap": tm.GEMMA2_SOFTCAP, "asked": "auto",
         "why": f"attn_logit_softcapping {tm.GEMMA2_SOFTCAP:g}: sdpa does not support softcapping"}
     assert meta["attention_scale"] == pytest.approx(tm.GEMMA2_QUERY_PRE_ATTN_SCALAR ** -0.5, rel=1e-12)
     assert meta["capture"]["attention"] != read_metadata(
