@@ -138,6 +138,19 @@ claims as (
         coalesce(vfmt, fmt) as vfmt
     from claims_raw
 ),
+-- Each pair's means, for a correlation computed in two passes from compensated sums: DuckDB's
+-- corr() merges its threads' partial sums in whatever order they finish, so its last bits vary.
+pair_means as (
+    select fi.id, fi.scope, favg(fi.x) as mx, favg(fi.y) as my
+    from fi
+    where fi.x is not null and fi.y is not null
+    group by fi.id, fi.scope
+),
+centred as (
+    select fi.*, fi.x - pm.mx as dx, fi.y - pm.my as dy
+    from fi
+    left join pair_means pm on pm.id = fi.id and pm.scope = fi.scope
+),
 -- The measured value of every (finding, scope), from its rows, as its statistic says.
 agg as (
     select
@@ -155,25 +168,28 @@ agg as (
         count(fi.x) as n_x,
         count(fi.x) filter (where fi.arm = 1) as n_x1,
         count(*) filter (where fi.x is not null and fi.y is not null) as n_xy,
-        sum(fi.x) as sum_x,
-        avg(fi.x) as mean_x,
-        avg(fi.y) as mean_y,
+        -- fsum/favg (compensated sums): a mean over heads must not depend on how DuckDB's threads
+        -- split the rows, or the same warehouse would show other last bits from run to run.
+        fsum(fi.x) as sum_x,
+        favg(fi.x) as mean_x,
+        favg(fi.y) as mean_y,
         median(fi.x) as median_x,
         max(fi.x) as max_x,
-        -- DuckDB's corr() is NaN when a side has no variance: NULL instead (SPEC §4).
+        -- Pearson's r, NULL (not NaN) when a side has no variance (SPEC §4).
         case
             when count(*) filter (where fi.x is not null and fi.y is not null) > 1
-                and var_pop(fi.x) filter (where fi.y is not null) > 0
-                and var_pop(fi.y) filter (where fi.x is not null) > 0
-            then corr(fi.x, fi.y)
+                and fsum(fi.dx * fi.dx) filter (where fi.y is not null) > 0
+                and fsum(fi.dy * fi.dy) filter (where fi.x is not null) > 0
+            then fsum(fi.dx * fi.dy) / sqrt(fsum(fi.dx * fi.dx) filter (where fi.y is not null)
+                                            * fsum(fi.dy * fi.dy) filter (where fi.x is not null))
         end as r,
-        avg(fi.x) filter (where fi.arm = 0) as mean_0,
-        avg(fi.x) filter (where fi.arm = 1) as mean_1
-    from fi
+        favg(fi.x) filter (where fi.arm = 0) as mean_0,
+        favg(fi.x) filter (where fi.arm = 1) as mean_1
+    from centred as fi
     group by fi.id, fi.scope
 ),
 model_means as (
-    select fi.id, fi.scope, fi.model, avg(fi.x) as mean_x
+    select fi.id, fi.scope, fi.model, favg(fi.x) as mean_x
     from fi
     where fi.stat in ('model_range_mean', 'model_range_share')
     group by fi.id, fi.scope, fi.model
@@ -184,7 +200,7 @@ ranges as (
     group by id, scope
 ),
 group_means as (
-    select fi.id, fi.scope, fi.grp, fi.arm, avg(fi.x) as mean_x
+    select fi.id, fi.scope, fi.grp, fi.arm, favg(fi.x) as mean_x
     from fi
     where fi.stat = 'lead'
     group by fi.id, fi.scope, fi.grp, fi.arm
