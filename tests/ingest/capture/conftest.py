@@ -23,3 +23,18 @@ def family_corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": d}) + "\n" for d in texts.pydoc_documents()[40:46]))
     return path
+
+
+@pytest.fixture(scope="module")
+def model_of(tmp_path_factory, tokenizer):
+    """``model_of(family)``: the folder of a tiny random model of that family, built once per module."""
+    from helpers import tiny_models as tm
+
+    built = {}
+
+    def get(family: str):
+        if family not in built:
+            built[family] = tm.build(tmp_path_factory.mktemp(f"tiny-{family}"), family, *tokenizer)
+        return built[family]
+
+    return get

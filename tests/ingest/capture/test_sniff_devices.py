@@ -28,18 +28,6 @@ LAYOUT = ("rope", "rope_pairing", "rotary_dims", "rotary_offset", "nope_layers",
           "rope_attention_factor")
 
 
-@pytest.fixture(scope="module")
-def model_of(tmp_path_factory, tokenizer):
-    built = {}
-
-    def get(family: str):
-        if family not in built:
-            built[family] = tm.build(tmp_path_factory.mktemp(f"tiny-{family}"), family, *tokenizer)
-        return built[family]
-
-    return get
-
-
 def _sniff(folder, corpus, out, **kw):
     from qkdb.ingest.capture.sniff import SniffOptions, sniff
 

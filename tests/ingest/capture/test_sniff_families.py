@@ -42,18 +42,6 @@ def corpus(family_corpus):
 
 
 @pytest.fixture(scope="module")
-def model_of(tmp_path_factory, tokenizer):
-    built = {}
-
-    def get(family: str):
-        if family not in built:
-            built[family] = tm.build(tmp_path_factory.mktemp(f"tiny-{family}"), family, *tokenizer)
-        return built[family]
-
-    return get
-
-
-@pytest.fixture(scope="module")
 def references(model_of, corpus):
     cache = {}
 
