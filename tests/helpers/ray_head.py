@@ -132,6 +132,18 @@ def start_head(tmp: Path, cpus: int = 2, object_store_mib: int = 200) -> RayHead
     return head
 
 
+@contextlib.contextmanager
+def running_head(**kwargs):
+    """A Ray head in a short temporary folder for the block; stopped after it, with nothing left running."""
+    with short_tmp() as tmp:
+        head = start_head(tmp, **kwargs)
+        try:
+            yield head
+        finally:
+            head.stop()
+            assert head.processes() == [], "Ray processes were left running"
+
+
 def wait_for(predicate, timeout: float = 60.0, every: float = 0.02):
     """Poll ``predicate`` until it returns something true (returned), or None at the timeout."""
     deadline = time.monotonic() + timeout

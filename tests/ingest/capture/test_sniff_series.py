@@ -138,19 +138,14 @@ def test_one_revision_is_one_capture_and_like_pairs_it_with_the_series(hub, seri
 
 @pytest.fixture(scope="module")
 def ray_head(hub):
-    from helpers.ray_head import short_tmp, start_head
+    from helpers.ray_head import running_head
 
     # the workers download the checkpoints from the fake Hub: the head (and so they) must know it
     saved = {k: os.environ.get(k) for k in ("HF_ENDPOINT", "HF_HUB_DISABLE_XET")}
     os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"})
     try:
-        with short_tmp() as tmp:
-            head = start_head(tmp)
-            try:
-                yield head
-            finally:
-                head.stop()
-                assert head.processes() == [], "Ray processes were left running"
+        with running_head() as head:
+            yield head
     finally:
         for k, v in saved.items():
             if v is None:

@@ -257,15 +257,10 @@ cluster = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def ray_head():
-    from helpers.ray_head import short_tmp, start_head
+    from helpers.ray_head import running_head
 
-    with short_tmp() as tmp:
-        head = start_head(tmp)
-        try:
-            yield head
-        finally:
-            head.stop()
-            assert head.processes() == [], "Ray processes were left running"
+    with running_head() as head:
+        yield head
 
 
 @pytest.fixture(scope="module")
