@@ -112,7 +112,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, i
         subtitle=[  # what is drawn; the heads and the category shares are the caption's
             f"Combined Q/K PCA (seed 003 figure 02): one point per head, coloured by family; "
             f"dashed: taxonomy thresholds {low:g} / {high:g} on r_q and |r_k|.",
-        ],
+        ] + ([] if len(data) == total else [f"{len(data):,} of {total:,} heads drawn, a deterministic sample."]),
     )
     fam = rows(con, _BY_FAMILY, {"models": chosen})
     caption = [

@@ -119,6 +119,7 @@ def test_rq_vs_rk_samples_its_points_and_counts_every_head(con, monkeypatch):
     assert len(drawn) == LIMIT and _keys(drawn) == _first(heads, LIMIT)
     caption = text_of(spec)
     assert f"{len(heads)} heads of 3 models ({LIMIT:,} drawn, a deterministic sample; shares count them all)" in caption
+    assert f"{LIMIT:,} of {len(heads):,} heads drawn, a deterministic sample" in " ".join(spec["title"]["subtitle"])
     # The category shares over every head, by the thresholds in force (0.7 / 0.3).
     r_q = np.array([h["r_q"] for h in heads])
     r_k = np.abs([h["r_k"] for h in heads])
