@@ -280,10 +280,9 @@ def info(home: str | os.PathLike | None = None) -> dict:
     views that read its own files).
     """
     import platform
+    from importlib.metadata import version as dist_version
 
     import duckdb
-    import numpy
-    import pyarrow
 
     store, home_dir = warehouse.store, warehouse.resolve_home(home)
     sizes = store.table_bytes(home_dir)
@@ -302,8 +301,9 @@ def info(home: str | os.PathLike | None = None) -> dict:
         "stale": {s.model: f"{s.change}; `{s.command}` recomputes it" for s in stale_models(home_dir)} if models else {},
         "table_bytes": sizes,
         "versions": {
-            "qkdb": version(), "duckdb": duckdb.__version__, "pyarrow": pyarrow.__version__,
-            "numpy": numpy.__version__, "python": platform.python_version(),
+            "qkdb": version(), "duckdb": duckdb.__version__, "pyarrow": dist_version("pyarrow"),
+            # (from their metadata: importing them would cost `qkdb info` ~0.3 s)
+            "numpy": dist_version("numpy"), "python": platform.python_version(),
         },
     }
 
@@ -317,6 +317,7 @@ def stale_models(home: str | os.PathLike | None = None, con: duckdb.DuckDBPyConn
         return find(con, home_dir)
     own = connect(home_dir)
     try:
+        warehouse.snapshot_models(own, home_dir)  # (every model's row from one file)
         return find(own, home_dir)
     finally:
         own.close()
@@ -325,17 +326,16 @@ def stale_models(home: str | os.PathLike | None = None, con: duckdb.DuckDBPyConn
 def models_overview(home: str | os.PathLike | None = None) -> pa.Table:
     """The registry plus every ingested model, with whether and when each was ingested."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
+    return pa.Table.from_pylist(models_overview_rows(home))
+
+
+def models_overview_rows(home: str | os.PathLike | None = None) -> list[dict]:
+    """:func:`models_overview`'s rows as dicts (what ``qkdb models`` prints, without building Arrow arrays)."""
     from qkdb.ingest import registry
 
-    store, home_dir = warehouse.store, warehouse.resolve_home(home)
-    ingested: dict[str, dict] = {}
-    for model in store.ingested_models(home_dir):
-        f = store.current_file(home_dir, model, warehouse.MODELS.name)
-        rows = pq.read_table(f).to_pylist() if f.exists() else []
-        if rows:
-            ingested[model] = rows[0]
+    home_dir = warehouse.resolve_home(home)
+    ingested = _ingested_model_rows(home_dir)
     out = []
     for spec in registry.load_registry():
         row = ingested.pop(spec.model, None)
@@ -346,7 +346,26 @@ def models_overview(home: str | os.PathLike | None = None) -> pa.Table:
         out.append(_overview_row(model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
                                  row["gqa_ratio"], row["head_dim"], row["rope_theta"], row.get("rope_scaling"),
                                  None, row["series"], False, row))
-    return pa.Table.from_pylist(out)
+    return out
+
+
+def _ingested_model_rows(home: Path) -> dict[str, dict]:
+    """Model -> its ``models`` row, for every ingested model: from the index (one file) when it can be brought up to date, else from each model's file."""
+    models = warehouse.ingested_models(home)
+    if not models:
+        return {}
+    indexed = warehouse.model_rows(home)
+    if indexed is not None:
+        return {m: indexed[m] for m in models if m in indexed}
+    import pyarrow.parquet as pq
+
+    ingested: dict[str, dict] = {}
+    for model in models:
+        f = warehouse.store.current_file(home, model, warehouse.MODELS.name)
+        rows = pq.ParquetFile(f).read().to_pylist() if f.exists() else []
+        if rows:
+            ingested[model] = rows[0]
+    return ingested
 
 
 def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, scaling, scaling_source, series,

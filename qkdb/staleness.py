@@ -120,13 +120,18 @@ def _metadata(row: dict) -> tuple[dict, dict]:
     return metadata, dataset_facts(metadata, read_saver_state(Path(location)))
 
 
+def _resolvable(row: dict) -> bool:
+    """Whether the facts of the model's dataset can be read here (a Hub model's always; a local one's while its folder exists)."""
+    location = row.get("location")
+    return row.get("source") in ("hub", None) or bool(location and Path(location).is_dir())
+
+
 def current_spec(row: dict, parameters: dict | None):
     """The facts an ingest of this model would use now (None when they cannot be resolved here)."""
     from qkdb.ingest import IngestOptions, plane_layout, resolve_spec
 
     given = dict((parameters or {}).get("facts_given") or {})
-    location = row.get("location")
-    if row.get("source") not in ("hub", None) and not (location and Path(location).is_dir()):
+    if not _resolvable(row):
         return None  # the dataset is gone: what its qkdb_dataset.json said is unknown here
     try:
         metadata, recorded = _metadata(row)
@@ -160,10 +165,15 @@ def stale_models(con, home: Path | None = None) -> list[StaleModel]:
     rows = [dict(zip(MODEL_COLUMNS, r)) for r in con.execute(f"select {cols} from models order by model").fetchall()]
     if not rows:
         return []
+    rows = [r for r in rows if r.get("rope") != "none" and _resolvable(r)]
+    # The runs' parameters only of the models whose facts can be resolved here (one file per run:
+    # a warehouse of simulated or moved datasets reads none of them).
+    # (The names as literals: DuckDB then skips the other models' folders, which a parameter would not let it.)
+    names = ", ".join("'" + r["model"].replace("'", "''") + "'" for r in rows)
     params = dict(con.execute(
-        "select model, parameters from ingest_runs qualify row_number() over (partition by model "
-        "order by finished_at desc) = 1"
-    ).fetchall())
+        f"select model, parameters from ingest_runs where model in ({names}) "
+        "qualify row_number() over (partition by model order by finished_at desc) = 1"
+    ).fetchall()) if rows else {}
 
     def planes(model: str):
         return con.execute(
@@ -173,8 +183,6 @@ def stale_models(con, home: Path | None = None) -> list[StaleModel]:
 
     out = []
     for row in rows:
-        if row.get("rope") == "none":
-            continue
         spec = current_spec(row, json.loads(params[row["model"]]) if params.get(row["model"]) else None)
         if spec is None:
             continue

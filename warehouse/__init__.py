@@ -11,6 +11,7 @@ Rooms::
     inference.py  interval statistics (Wilson, Fisher z, Rao-Wu's stratified bootstrap, the jackknife)
     intervals.py  the finding_intervals table computed from finding_inputs
     results.py    the findings' rows stored at publish, and whether a connection may use them
+    model_index.py  every model's ``models`` row in one file, for the commands that read them all
 
 This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded
 on first use.
@@ -29,6 +30,8 @@ __getattr__, __dir__ = facade(__name__, {
     "ensure_current": "qkdb.warehouse.intervals",
     "intervals_current": "qkdb.warehouse.results",
     "findings_source": "qkdb.warehouse.results",
+    "snapshot_models": "qkdb.warehouse.model_index",
+    "model_rows": "qkdb.warehouse.model_index",
     "TABLES": "qkdb.warehouse.schema",
     "DERIVED": "qkdb.warehouse.schema",
     "MODELS": "qkdb.warehouse.schema",

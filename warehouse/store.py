@@ -328,11 +328,16 @@ def current_file(home: Path, model: str, table: str) -> Path:
 
 def table_bytes(home: Path) -> dict[str, int]:
     """Bytes on disk of every table, over every ingested model (append-only tables: their history)."""
-    sizes = {}
+    sizes, models = {}, ingested_models(home)
+    store = str(home / STORE)
     for name, table in TABLES.items():
         if table.versioned:
-            files = [current_file(home, m, name) for m in ingested_models(home)]
-            sizes[name] = sum(f.stat().st_size for f in files if f.exists())
+            # (paths as strings: pathlib's joins cost more than the stat calls, ~0.1 s on 467 models)
+            total = 0
+            for m in models:
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.stat(os.path.join(store, m, "current", name, DATA)).st_size
+            sizes[name] = total
         else:
             sizes[name] = sum(p.stat().st_size for p in (home / name).glob("*/*.parquet")) if (home / name).is_dir() else 0
     return sizes

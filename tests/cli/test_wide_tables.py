@@ -152,3 +152,37 @@ def test_findings_keeps_every_id_whole_at_100_columns(runner, warehouse):
         for value in (r["seed_value"], r["measured"]):
             assert all(word in text for word in value.split()), value
     assert "\u2026" not in text
+
+
+def test_a_plain_table_off_a_terminal_is_written_as_rich_would_print_it():
+    # `qkdb models` on 467 models: rich lays out every cell (a second); plain cells are padded directly,
+    # to the same bytes. Cells rich would read as markup or emoji codes, or wide characters, keep rich.
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from qkdb.cli import output
+    from qkdb.cli.table_fit import fit_columns, frame_width
+
+    def by_rich(names, cells):
+        fit = fit_columns(names, cells, None)
+        table = Table(show_header=True, header_style="bold", show_lines=False)
+        for i, w in zip(fit.columns, fit.widths):
+            table.add_column(names[i], width=w, overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+        buf = io.StringIO()
+        Console(file=buf, width=frame_width(fit.widths), highlight=False).print(table)
+        return buf.getvalue()
+
+    names = ["model", "heads", "a longer header", "ingested_at"]
+    cells = [["llama3.2-1b", "512", "NULL", "2026-11-25 20:02:07.710595+00:00"], ["x", "", "a b  c", "1:2:3"]]
+    assert output._plain(names, cells)
+    assert output._box_lines(names, cells) == by_rich(names, cells)
+    assert output._box_lines(names, []) == by_rich(names, [])
+    for odd in ("[bold]x[/bold]", ":smile:", "naïve", "two\nlines", "tab\there"):
+        assert not output._plain(names, cells + [["m", "1", odd, ""]]), odd
+    out = io.StringIO()
+    output._print_table(names, cells, out, to_terminal=False, all_columns="")
+    assert out.getvalue() == by_rich(names, cells)

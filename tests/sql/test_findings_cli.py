@@ -652,3 +652,44 @@ def test_a_snapshot_of_the_base_views_changes_no_view(warehouse):
 
 def _rows_any(con, view: str) -> list[tuple]:
     return sorted(tuple(repr(v) for v in r) for r in con.execute(f"select * from {view}").fetchall())
+
+
+def test_findings_from_the_models_index_are_the_views_rows_and_follow_every_change(warehouse, tmp_path, runner):
+    # `qkdb findings` reads the models' rows from the index (snapshot_models): the stamps it checks
+    # are the files' own, through an ingest and removals, and stale stored rows are still refused.
+    from qkdb.warehouse import findings_source, snapshot_models
+
+    home = tmp_path / "copy"
+    shutil.copytree(warehouse, home, symlinks=True)
+
+    def check(expect_stored: bool) -> None:
+        con = api.connect(home, read_only=True)
+        try:
+            views = con.execute("select * from models order by model").fetchall()
+            state = con.execute("select fingerprint from finding_state").fetchall()
+            assert snapshot_models(con, home)
+            assert con.execute("select * from models order by model").fetchall() == views
+            assert con.execute("select fingerprint from finding_state").fetchall() == state
+            source = findings_source(con)
+            assert (source != "findings") == expect_stored
+            if expect_stored:
+                assert _rows(con, source) == _rows(con, "findings")
+        finally:
+            con.close()
+
+    check(True)
+    api.remove("sim-b", home=home)
+    check(True)
+    stale = home / "finding_results" / "data.parquet"
+    saved = stale.read_bytes()
+    api.remove("sim-a", home=home)
+    stale.write_bytes(saved)  # a refresh interrupted: the index's stamps must not make it current
+    check(False)
+    result = runner.invoke(app, ["findings", "--home", str(home), "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    con = api.connect(home, read_only=True)
+    try:
+        view = con.execute("select id, scope, status from findings order by id, scope").fetchall()
+    finally:
+        con.close()
+    assert sorted((r["id"], r["scope"], r["status"]) for r in json.loads(result.stdout)) == view

@@ -1,0 +1,178 @@
+"""Every model's ``models`` row in one file, so that the commands that read them all do not open one file per model.
+
+``qkdb models``, ``qkdb info`` and ``qkdb findings`` read every ingested model's ``models`` row (its
+facts, its publish time for the findings' stamps, its RoPE facts for the staleness check). Through
+the catalog's view that is one parquet file per model: ~0.2–0.5 s on 467 models (140,000 heads),
+paid by each query that reads the view. The index, ``<home>/.index/models.parquet``, holds those
+rows with the stamp of the file each was read from (``_version``: the version ``.store/<model>/current``
+links to, and the file's time and size). A published version is never rewritten (a publish makes a
+new one, a removal drops the link), so a row is exact for as long as its model's stamp is unchanged:
+:func:`ensure` compares the stamps (a directory listing and a stat a model, milliseconds) with the
+index and reads only the models whose stamp differs, from that version's own folder (never through
+``current``, which a publish may switch meanwhile), then writes the index again. Nothing else writes it: publishes and removals
+need not know about it, and a home this process cannot write is read without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qkdb.warehouse.home import STORE
+
+if TYPE_CHECKING:
+    import duckdb
+
+FOLDER = ".index"
+DATA = "models.parquet"
+VERSION = "_version"
+_TABLE = "models"
+_FILE = "data.parquet"
+# The schema file the catalog writes (catalog.SCHEMA_DIR): it types every column of the table, so
+# that the index has the view's columns even where no model's file has all of them.
+_SCHEMA = Path(".schema") / _TABLE / "model=_" / "schema.parquet"
+
+
+def path(home: Path) -> Path:
+    return home / FOLDER / DATA
+
+
+def current_versions(home: Path) -> dict[str, str]:
+    """Model -> the stamp of its current ``models`` file: ``<version>/<mtime ns>/<bytes>`` (a listing and a stat a model).
+
+    The version is the name ``.store/<model>/current`` links to. A published version is never
+    rewritten by qkdb; the file's time and size catch one rewritten anyway (restored from a backup,
+    edited by hand), so that the index never outlives the file it copied.
+    """
+    store = str(home / STORE)
+    out = {}
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(store):
+            with contextlib.suppress(OSError):  # not a model folder, or its link went meanwhile
+                version = os.readlink(os.path.join(entry.path, "current"))
+                st = os.stat(os.path.join(store, entry.name, version, _TABLE, _FILE))
+                out[entry.name] = f"{version}/{st.st_mtime_ns}/{st.st_size}"
+    return out
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def ensure(home: Path, con: duckdb.DuckDBPyConnection | None = None) -> Path | None:
+    """The index of ``home``, brought up to date with the published models; None when it cannot be.
+
+    None when the catalog's schema file is missing (no catalog yet), when a version's file cannot be
+    read (a publish or removal under way) or when the index cannot be written (a home this process
+    may only read): the callers then read the models' own files. ``con`` is any DuckDB connection
+    (default: a new in-memory one); nothing is read through its catalog.
+    """
+    import duckdb
+
+    versions = current_versions(home)
+    target, schema = path(home), home / _SCHEMA
+    if not versions or not schema.is_file():
+        return None
+    own = con is None
+    if own:
+        con = duckdb.connect()
+    try:
+        have: dict[str, str] = {}
+        if target.is_file():
+            try:
+                have = dict(con.execute(f"select model, {VERSION} from read_parquet({_quote(str(target))})").fetchall())
+            except duckdb.Error:  # unreadable (another layout, a torn copy): rebuilt whole
+                have = {}
+        if have == versions:
+            return target
+        kept = [m for m, v in versions.items() if have.get(m) == v]
+        new = {m: v for m, v in sorted(versions.items()) if have.get(m) != v}
+        # Each file by its version's own path (a publish may switch `current` meanwhile), the model
+        # and stamp joined on by that path.
+        paths = {m: str(home / STORE / m / v.split("/")[0] / _TABLE / _FILE) for m, v in new.items()}
+        files = ", ".join(_quote(f) for f in [str(schema), *paths.values()])
+        # (The schema file's zero rows type the columns; a removal alone reads it with no model.)
+        stamps = ", ".join(f"({_quote(paths[m])}, {_quote(m)}, {_quote(v)})" for m, v in new.items()) or "(null, null, null)"
+        fresh = (
+            f"select f.* exclude (filename), s.model, s.{VERSION} "
+            f"from read_parquet([{files}], union_by_name = true, filename = true, hive_partitioning = false) f "
+            f"join (values {stamps}) s(path, model, {VERSION}) on f.filename = s.path"
+        )
+        if kept:
+            keep = ", ".join(_quote(m) for m in kept)
+            old = f"select * from read_parquet({_quote(str(target))}) where model in ({keep})"
+            fresh = f"{old} union all by name {fresh}"
+        tmp = target.parent / f".{DATA}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            target.parent.mkdir(exist_ok=True)
+            con.execute(f"copy ({fresh} order by model) to {_quote(str(tmp))} (format parquet)")
+            os.replace(tmp, target)
+        except (OSError, duckdb.Error):
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            return None
+        return target
+    finally:
+        if own:
+            con.close()
+
+
+def model_rows(home: Path) -> dict[str, dict] | None:
+    """Model -> its ``models`` row (column -> value), for every published model; None when the index cannot be used.
+
+    Read with DuckDB, timestamps in UTC (as pyarrow gives them; its conversion of zoned timestamps
+    to Python would import pandas, ~0.3 s).
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute("set TimeZone = 'UTC'")
+        index = ensure(home, con)
+        if index is None:
+            return None
+        cur = con.execute(f"select * exclude ({VERSION}) from read_parquet({_quote(str(index))}) order by model")
+        names = [d[0] for d in cur.description]
+        return {r["model"]: r for r in (dict(zip(names, row)) for row in cur.fetchall())}
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+
+
+def snapshot_models(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
+    """Let ``con`` read the ``models`` rows from the index: a temporary table that shadows the catalog's view.
+
+    The table has the view's columns, in its order, and the rows it would give now. Does nothing
+    (False) when the index cannot be brought up to date, or when ``models`` is already shadowed on
+    this connection (:func:`~qkdb.warehouse.views.restrict_models`). Like the report's snapshot, the
+    connection then reads the models as they were when it was called.
+    """
+    import duckdb
+
+    shadowed = con.execute(
+        "select count(*) from duckdb_views() where database_name = 'temp' and view_name = ?", [_TABLE]
+    ).fetchall()[0][0] or con.execute(
+        "select count(*) from duckdb_tables() where database_name = 'temp' and table_name = ?", [_TABLE]
+    ).fetchall()[0][0]
+    if shadowed:
+        return False
+    index = ensure(home, con)
+    if index is None:
+        return False
+    db = con.execute("select current_database()").fetchall()[0][0]
+    cols = [r[0] for r in con.execute(
+        "select column_name from duckdb_columns() where database_name = ? and schema_name = 'main' "
+        "and table_name = ? order by column_index", [db, _TABLE],
+    ).fetchall()]
+    if not cols:
+        return False
+    select = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+    try:
+        con.execute(f"create temp table {_TABLE} as select {select} from read_parquet({_quote(str(index))}) order by model")
+    except duckdb.Error:  # the index lacks a column the view has (a catalog newer than the index)
+        return False
+    return True
