@@ -41,20 +41,27 @@ def path(home: Path) -> Path:
 
 
 def current_versions(home: Path) -> dict[str, str]:
-    """Model -> the stamp of its current ``models`` file: ``<version>/<mtime ns>/<bytes>`` (a listing and a stat a model).
+    """Model -> the stamp of its current ``models`` file: ``<version>/<mtime ns>/<bytes>/<schema file's stamp>`` (a listing and a stat a model).
 
     The version is the name ``.store/<model>/current`` links to. A published version is never
     rewritten by qkdb; the file's time and size catch one rewritten anyway (restored from a backup,
     edited by hand), so that the index never outlives the file it copied.
     """
     store = str(home / STORE)
-    out = {}
+    out: dict[str, str] = {}
+    # The catalog's schema file types the index's columns: a new one (a catalog rebuilt by another
+    # qkdb) makes every row's stamp differ, so that the index is rebuilt with the columns it types.
+    try:
+        st = os.stat(home / _SCHEMA)
+    except OSError:
+        return out
+    schema = f"{st.st_mtime_ns}.{st.st_size}"
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(store):
             with contextlib.suppress(OSError):  # not a model folder, or its link went meanwhile
                 version = os.readlink(os.path.join(entry.path, "current"))
                 st = os.stat(os.path.join(store, entry.name, version, _TABLE, _FILE))
-                out[entry.name] = f"{version}/{st.st_mtime_ns}/{st.st_size}"
+                out[entry.name] = f"{version}/{st.st_mtime_ns}/{st.st_size}/{schema}"
     return out
 
 

@@ -86,3 +86,17 @@ def test_a_restricted_connection_keeps_its_models(tmp_path, home):
         assert con.execute("select model from models").fetchall() == [("toy-b",)]
     finally:
         con.close()
+
+
+def test_a_new_schema_file_rebuilds_the_whole_index(dataset, home):
+    # A catalog rebuilt by another qkdb writes a new schema file: rows kept from before would lack its
+    # columns (or carry their old types), so every row is read again.
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    model_index.model_rows(home)
+    before = pq.read_table(model_index.path(home)).column(model_index.VERSION).to_pylist()
+    schema = home / model_index._SCHEMA
+    st = os.stat(schema)
+    os.utime(schema, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert model_index.model_rows(home) == _view_rows(home)
+    after = pq.read_table(model_index.path(home)).column(model_index.VERSION).to_pylist()
+    assert after != before and after[0].rsplit("/", 1)[-1] != before[0].rsplit("/", 1)[-1]
