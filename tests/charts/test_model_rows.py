@@ -72,3 +72,24 @@ def test_drawn_models_keeps_every_family_and_as_many_of_each_as_the_limit_allows
     assert got.models == [m for m in everything if family[m] != "SmolLM3" or m in smol[:2]]
     assert got.note.startswith("4 of 5 models drawn, the first 2 of each family;")
     assert drawn_models(con, everything, given=everything).models == everything
+
+
+def test_phase_portraits_draw_evenly_spaced_checkpoints_past_the_limit_with_exact_shares(con, monkeypatch):
+    from helpers.chart_warehouse import SERIES
+    from qkdb.charts.figures import series_phase_portraits as spp
+
+    assert spp.evenly_spaced(list(range(10)), 4) == [0, 3, 6, 9]
+    assert spp.evenly_spaced(list(range(3)), 5) == [0, 1, 2]
+    full = chart("series-phase-portraits", con).to_dict()
+    monkeypatch.setattr(spp, "MAX_PANELS", 2)
+    spec = chart("series-phase-portraits", con).to_dict()
+    first_last = {SERIES[0][0], SERIES[-1][0]}
+    assert len(SERIES) == 3
+    drawn = {r["model"] for v in spec["datasets"].values() for r in v if "share_pd" in r}
+    assert drawn == first_last
+    assert "3 checkpoints (" in _subtitle(spec) and "2 of them drawn, evenly spaced in training order" in _subtitle(spec)
+    # Each drawn panel's share counts all of its checkpoint's heads, as in the full figure.
+    def shares(s):
+        return {r["model"]: r["share_pd"] for v in s["datasets"].values() for r in v if "share_pd" in r}
+    assert shares(spec) == {m: v for m, v in shares(full).items() if m in first_last}
+    assert len(spec["facet"]["sort"]) == 2 and len(full["facet"]["sort"]) == 3  # the panels
