@@ -6,18 +6,10 @@ import json
 
 import pytest
 
-import qkdb
 from qkdb.charts import altair_copy, registry
 from qkdb.charts.api import chart
 
 from helpers.chart_warehouse import POOLED_MODELS
-
-
-@pytest.fixture(scope="module")
-def con(chart_home):
-    c = qkdb.api.connect(chart_home, read_only=True)
-    yield c
-    c.close()
 
 
 def _variants(name: str) -> list[dict]:

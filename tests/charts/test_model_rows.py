@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-import qkdb
 from qkdb.charts import data as chart_data
 from qkdb.charts.api import chart
 from qkdb.charts.caption import text_of
@@ -21,13 +20,6 @@ from helpers.specs import nodes
 
 PER_MODEL = ("drift-bars", "slope-ratio", "variance-decomposition", "depth-heatmap-rq", "depth-heatmap-rk",
              "depth-heatmaps")
-
-
-@pytest.fixture(scope="module")
-def con(chart_home):
-    c = qkdb.api.connect(chart_home, read_only=True)
-    yield c
-    c.close()
 
 
 def _models_drawn(spec: dict) -> set[str]:
