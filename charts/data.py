@@ -3,7 +3,8 @@
 Figures read warehouse tables and finding views only, never raw vectors, and aggregate in SQL,
 so a chart's inline data stays far below Altair's 5,000-row limit: per-head scatters sample at
 most :data:`MAX_HEAD_ROWS` heads, point scatters at most :data:`POINTS_PER_KIND` points per kind
-and head. :func:`rows` enforces the limit so a design mistake fails loudly in tests.
+and head. :func:`rows` enforces the limit so a design mistake fails loudly in tests. Figures with
+a row or panel per model draw at most :data:`MAX_MODEL_ROWS` models (:func:`drawn_models`).
 """
 
 from __future__ import annotations
