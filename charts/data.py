@@ -3,7 +3,8 @@
 Figures read warehouse tables and finding views only, never raw vectors, and aggregate in SQL,
 so a chart's inline data stays far below Altair's 5,000-row limit: per-head scatters sample at
 most :data:`MAX_HEAD_ROWS` heads, point scatters at most :data:`POINTS_PER_KIND` points per kind
-and head. :func:`rows` enforces the limit so a design mistake fails loudly in tests.
+and head. :func:`rows` enforces the limit so a design mistake fails loudly in tests. Figures with
+a row or panel per model draw at most :data:`MAX_MODEL_ROWS` models (:func:`drawn_models`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ ROW_LIMIT = 5000  # Altair's MaxRowsError threshold
 MAX_HEAD_ROWS = 4000  # per-head scatters sample this many heads at most (deterministically)
 POINTS_PER_KIND = 500  # collage points per kind and head
 N_COLLAGE = 4  # the seeds' 2x2 collages: random.Random(42).sample(heads, 4)
+# Figures with a row or panel per model draw at most this many models by default (:func:`drawn_models`):
+# a study of hundreds of checkpoints would otherwise give a figure tens of thousands of pixels tall.
+MAX_MODEL_ROWS = 40
 
 
 def _clean(v):
@@ -251,6 +255,55 @@ def resolve_models(con: duckdb.DuckDBPyConnection, models=None) -> list[str]:
         )
     chosen = set(models)
     return [i.model for i in infos if i.model in chosen]
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """The models a per-model figure draws, of the ``chosen`` ones its statistics and caption cover."""
+
+    models: list[str]
+    chosen: list[str]
+    how: str = ""  # which ones, when not all: "the first 8 of each family"
+
+    @property
+    def note(self) -> str:
+        """The subtitle line saying which models are drawn ('' when all are)."""
+        if not self.how:
+            return ""
+        return (f"{len(self.models)} of {len(self.chosen)} models drawn, {self.how}; "
+                "'all models' and the caption cover all (--model NAME draws any).")
+
+    def rows(self, data: list[dict], key: str = "model", keep: tuple = ()) -> list[dict]:
+        """The rows of drawn models (and of the ``keep`` labels, e.g. the pooled 'all models' row)."""
+        if not self.how:
+            return data
+        shown = set(self.models) | set(keep)
+        return [d for d in data if d[key] in shown]
+
+
+def drawn_models(con: duckdb.DuckDBPyConnection, chosen: list[str], given=None) -> Drawn:
+    """The models a figure with a row or panel per model draws: all of them, or past :data:`MAX_MODEL_ROWS`
+    the first k of each family (display order), k as large as the limit allows.
+
+    Models the user names (``given``) are all drawn. Every family keeps a row while there are fewer
+    families than the limit (else the first of each of the first families); the figure's statistics
+    stay computed over every chosen model.
+    """
+    limit = MAX_MODEL_ROWS
+    if given or len(chosen) <= limit:
+        return Drawn(list(chosen), list(chosen))
+    family = {i.model: i.family for i in ingested(con)}
+    by: dict = {}
+    for m in chosen:
+        by.setdefault(family.get(m), []).append(m)
+    k = 1
+    while sum(min(k + 1, len(v)) for v in by.values()) <= limit:
+        k += 1
+    keep = {m for v in by.values() for m in v[:k]}
+    shown = [m for m in chosen if m in keep][:limit]
+    how = (f"the first {k} of each family" if len(keep) <= limit
+           else f"the first of each of the first {limit} families")
+    return Drawn(shown, list(chosen), how)
 
 
 def resolve_one_model(con: duckdb.DuckDBPyConnection, models=None, figure: str = "this figure") -> str:

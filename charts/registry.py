@@ -39,9 +39,10 @@ class Figure:
 
     def build(self, con, **options) -> alt.TopLevelMixin:
         """The figure from ``con`` (see :func:`qkdb.charts.api.chart` for the options)."""
+        from qkdb.charts.altair_copy import cheap_copies
         from qkdb.charts.data import Rows, named_datasets, one_read_of_models
 
-        with named_datasets() as rows, one_read_of_models():
+        with named_datasets() as rows, one_read_of_models(), cheap_copies():
             built = self.function()(con, **options)
         if rows:  # the rows join the spec once, at the top, after the composition copied only names
             had = built._get("datasets")

@@ -34,7 +34,10 @@ def to_spec(chart: alt.TopLevelMixin) -> dict:
     of a 4,000-head scatter, more than qkdb's queries and the figure together); the test suite
     validates every figure's spec, static and interactive, and vl-convert refuses a malformed one.
     """
-    return chart.to_dict(validate=False)
+    from qkdb.charts.altair_copy import cheap_copies
+
+    with cheap_copies():
+        return chart.to_dict(validate=False)
 
 
 def format_of(path: str | os.PathLike) -> str:

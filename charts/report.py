@@ -133,13 +133,15 @@ class Made:
 
 def make_figure(con: duckdb.DuckDBPyConnection, fig: registry.Figure, opts: dict) -> Made:
     """Build one figure job's spec (:func:`build_report` and the report's second process call it)."""
+    from qkdb.charts.altair_copy import cheap_copies
     from qkdb.charts.api import chart
 
     try:
-        built = chart(fig.name, con, **opts, **({"interactive": True} if fig.interactive else {}))
-        # Not validated against the schema here (a third of the build time): the test-suite
-        # validates every figure's spec, static and interactive.
-        return Made(spec=built.to_dict(validate=False))
+        with cheap_copies():
+            built = chart(fig.name, con, **opts, **({"interactive": True} if fig.interactive else {}))
+            # Not validated against the schema here (a third of the build time): the test-suite
+            # validates every figure's spec, static and interactive.
+            return Made(spec=built.to_dict(validate=False))
     except ChartError as exc:
         return Made(error=str(exc))
 

@@ -27,13 +27,25 @@ from collections.abc import Callable, Sequence
 
 import duckdb
 
-# Relative build cost of each figure on a large warehouse (seconds ×10 on 23 models, measured with
-# benchmarks/latency.py's warehouse); the rest cost ~0.5. Only the split's balance depends on them.
+# Relative build cost of each figure (seconds ×10, the mean of its time on 27,900 and on 140,100
+# heads of benchmarks/latency.py's warehouses, with charts.altair_copy); the rest cost ~0.4. Only
+# the split's balance depends on them.
 COST = {
-    "bias-vs-separation": 5.5, "rq-vs-rk": 3.5, "complement-collage": 2.6, "pca-collage": 1.4,
-    "ab-plane-collage": 1.4, "drift-bars": 1.1, "depth-heatmaps": 1.0, "series-phase-portraits": 0.8,
-    "series-explained-variance": 0.8,
+    "rq-vs-rk": 5.0, "complement-collage": 3.7, "pca-collage": 3.3, "explained-variance": 3.0,
+    "pc-roles": 2.3, "bias-vs-separation": 2.2, "ab-plane-collage": 2.2, "drift-bars": 1.5,
+    "series-explained-variance": 1.4, "depth-heatmaps": 1.3, "slope-ratio": 1.1,
+    "variance-decomposition": 0.9, "depth-heatmap-rk": 0.8, "depth-heatmap-rq": 0.7,
+    "series-phase-portraits": 0.6,
 }
+# Figures built in the same process as the first of their group: the head explorer's points are
+# read once per process (charts.explorer.shared), and the first query of the ``points`` table in a
+# process reads every model's file footers (0.15 s on 467 models). Costs are each figure's own,
+# given the group's first.
+TOGETHER = {name: "rq-vs-rk" for name in ("bias-vs-separation", "pca-collage", "ab-plane-collage", "complement-collage")}
+# The parent's own work besides its share, in the same units: the scorecard's inputs before the
+# figures (0.09 s at 27,900 heads, 0.35 s at 140,100) and the page after them, less what the helper
+# spends pickling its share.
+PARENT_EXTRA = 2.0
 # What the parent does besides its share: the findings, the lead, the page, unpickling the share.
 
 
@@ -49,15 +61,19 @@ def available() -> bool:
 
 
 def share(labels: Sequence[str]) -> set[int]:
-    """The job indices the helper builds: greedy by cost, heaviest first, to whichever side has less.
+    """The job indices the helper builds: greedy by cost, heaviest first, to whichever side has less
+    (a figure of :data:`TOGETHER` to its partner's side).
 
-    Both sides start even: the parent's own extra work (the findings, the page, unpickling the
-    share) measured about what the helper spends pickling it and starting later.
+    The parent starts with :data:`PARENT_EXTRA`, its work besides the figures.
     """
-    loads = {"parent": 0.0, "helper": 0.0}
+    loads = {"parent": PARENT_EXTRA, "helper": 0.0}
     theirs: set[int] = set()
+    side: dict[str, str] = {}
     for i in sorted(range(len(labels)), key=lambda i: (-_cost(labels[i]), i)):
-        who = min(loads, key=lambda k: (loads[k], k == "parent"))
+        name = labels[i].split(" (")[0]
+        partner = TOGETHER.get(name, name)
+        who = side.get(partner) or min(loads, key=lambda k: (loads[k], k == "parent"))
+        side.setdefault(name, who)
         loads[who] += _cost(labels[i])
         if who == "helper":
             theirs.add(i)
@@ -65,7 +81,7 @@ def share(labels: Sequence[str]) -> set[int]:
 
 
 def _cost(label: str) -> float:
-    return COST.get(label.split(" (")[0], 0.5)
+    return COST.get(label.split(" (")[0], 0.4)
 
 
 class Helper:

@@ -10,7 +10,7 @@ import altair as alt
 import duckdb
 
 from qkdb.charts.caption import attach
-from qkdb.charts.data import resolve_models, rows
+from qkdb.charts.data import drawn_models, resolve_models, rows
 from qkdb.charts.figures.heatmap import complete, depth_heatmap, empty_note, summary
 from qkdb.charts.style import fmt_num
 
@@ -29,15 +29,18 @@ def _build(con: duckdb.DuckDBPyConnection, models, kind: str) -> alt.LayerChart:
         "k": ("mean_r_k", "reds", "mean r_k", "04", "K position varies by family: low in small Qwen3, peaking early in Llama"),
     }[kind]
     data = complete(con, rows(con, _SQL.format(col=col), {"models": chosen}), chosen)
+    drawn = drawn_models(con, chosen, models)
+    shown = drawn.rows(data)
     title = alt.TitleParams(
         f"Mean PC0 {label[5:]} by model and layer depth",
         subtitle=[
             f"Combined Q/K PCA (seed 003 figure {fig}): mean over the heads in each depth bin.",
-            empty_note(data),
+            empty_note(shown),
+            *([drawn.note] if drawn.note else []),
         ],
     )
     chart = depth_heatmap(
-        data, row="model", row_title="model", row_order=chosen, value="value", value_title=label,
+        shown, row="model", row_title="model", row_order=drawn.models, value="value", value_title=label,
         scheme=scheme, title=title,
     )
     return attach(chart, f"Mean PC0 {label[5:]} over {len(chosen)} model(s) × 10 depth bins.",

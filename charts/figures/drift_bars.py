@@ -11,7 +11,7 @@ import altair as alt
 import duckdb
 
 from qkdb.charts.caption import attach
-from qkdb.charts.data import resolve_models, rows, values
+from qkdb.charts.data import drawn_models, resolve_models, rows, values
 from qkdb.charts.style import fmt_num, kind_scale
 
 OVERALL = "all models"
@@ -35,8 +35,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     chosen = resolve_models(con, models)
     overall = not models and len(chosen) > 1
     data = rows(con, _SQL.format(overall=OVERALL), {"models": chosen, "overall": overall})
-    families = sorted({d["family"] for d in data if d["scope"] != "overall"}) + ([OVERALL] if overall else [])
-    order = chosen + ([OVERALL] if overall else [])
+    drawn = drawn_models(con, chosen, models)
+    shown = drawn.rows(data, keep=(OVERALL,))
+    families = sorted({d["family"] for d in shown if d["scope"] != "overall"}) + ([OVERALL] if overall else [])
+    order = drawn.models + ([OVERALL] if overall else [])
     # A fixed label extent lines the panels' plots up whatever their model names.
     y = alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelLimit=280, minExtent=250))
     offset = alt.YOffset("kind:N", sort=["Q", "K"])
@@ -65,12 +67,13 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         subtitle=[
             "Planar rotation (seed 002 figure 02): bars = mean |corr| of Q·a and K·a with position;",
             "black ticks = mean PC0 r_q and |r_k| of the combined PCA, for comparison.",
+            *([drawn.note] if drawn.note else []),
         ],
     )
     # One panel per family, each with only its models on y. A facet with an independent y would do
     # it too, but makes Vega warn about unioning "fields from different sources" in the browser.
     rows_ = [panel(f, i == len(families) - 1) for i, f in enumerate(families)]
-    built = alt.vconcat(*rows_, spacing=10, data=values(data)).resolve_scale(y="independent").properties(title=title)
+    built = alt.vconcat(*rows_, spacing=10, data=values(shown)).resolve_scale(y="independent").properties(title=title)
     per = {}
     for d in data:
         if d["scope"] == "model":

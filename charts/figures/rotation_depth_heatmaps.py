@@ -10,7 +10,7 @@ import altair as alt
 import duckdb
 
 from qkdb.charts.caption import attach
-from qkdb.charts.data import resolve_models, rows
+from qkdb.charts.data import drawn_models, resolve_models, rows
 from qkdb.charts.figures.heatmap import complete, depth_heatmap, empty_note, summary
 from qkdb.charts.style import fmt_num
 
@@ -26,13 +26,15 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     """Two annotated heatmaps side by side: mean |r_k_a| and mean bias ×10³ per model × depth bin."""
     chosen = resolve_models(con, models)
     data = complete(con, rows(con, _SQL, {"models": chosen}), chosen)
+    drawn = drawn_models(con, chosen, models)
+    shown = drawn.rows(data)
     biggest = max((abs(d["bias_e3"]) for d in data if d["bias_e3"] is not None), default=1.0) or 1.0
     left = depth_heatmap(
-        data, row="model", row_title="model", row_order=chosen, value="abs_r_k_a", value_title="mean |r_k| on a",
+        shown, row="model", row_title="model", row_order=drawn.models, value="abs_r_k_a", value_title="mean |r_k| on a",
         scheme="reds", title=alt.TitleParams("K position signal on the drift axis: mean |r_k_a|", fontSize=13),
     )
     right = depth_heatmap(
-        data, row="model", row_title="model", row_order=chosen, value="bias_e3", value_title="bias ×10³",
+        shown, row="model", row_title="model", row_order=drawn.models, value="bias_e3", value_title="bias ×10³",
         scheme="blueorange", domain=(-biggest, biggest), domain_mid=0.0, fmt=".1f",
         light_text_above=0.6 * biggest, show_rows=False,
         title=alt.TitleParams("Recency bias: mean bias strength ×10³ per token", fontSize=13),
@@ -41,7 +43,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         title=alt.TitleParams(
             "Layer-depth heatmaps of the rotation model",
             subtitle=["Planar rotation (seed 002 figure 06): means over the heads in each relative-depth bin; "
-                      "bias strength = (Q mean on axis a) × (K drift slope on a).", empty_note(data)],
+                      "bias strength = (Q mean on axis a) × (K drift slope on a).", empty_note(shown),
+                      *([drawn.note] if drawn.note else [])],
         )
     )
     return attach(

@@ -24,6 +24,19 @@ from qkdb.charts.style import CATEGORIES, category_scale, fmt_pct
 
 COLUMNS = 4  # 4 × 190 px: readable when the figure is scaled to a page column
 SIZE = 190
+# Past this many checkpoints (a training-dynamics study has hundreds) the panels are this many,
+# evenly spaced in training order, the first and the last included; the subtitle says so.
+MAX_PANELS = 12
+
+
+def evenly_spaced(items: list, limit: int) -> list:
+    """``limit`` of ``items`` evenly spaced in their order, the first and the last included (all if fewer)."""
+    n = len(items)
+    if n <= limit:
+        return list(items)
+    if limit <= 1:
+        return list(items[-1:])
+    return [items[i] for i in sorted({round(k * (n - 1) / (limit - 1)) for k in range(limit)})]
 
 _SQL = """
 with t as materialized (
@@ -65,7 +78,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     """Per-head PC0 r_q vs r_k scatter, one panel per checkpoint, coloured by taxonomy category."""
     s = Series(con, series)
     high, low = taxonomy_thresholds(con)
-    data = s.label(rows(con, _SQL, {"models": s.models, "limit": MAX_HEAD_ROWS}))
+    drawn = evenly_spaced(s.models, MAX_PANELS)
+    data = s.label(rows(con, _SQL, {"models": drawn, "limit": MAX_HEAD_ROWS}))
     n_total = data[0]["n_total"] if data else 0
     for d in data:
         del d["n_total"]
@@ -102,20 +116,24 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         title=alt.TitleParams(
             "Phase portraits: PC0 r_q vs r_k per head at each checkpoint",
             subtitle=[f"Combined Q/K PCA (seed 003 figure 12), {s.subtitle()}.",
+                      *([f"{len(drawn)} of them drawn, evenly spaced in training order (first and last included)."]
+                        if len(drawn) < len(s.models) else []),
                       f"Panel header: checkpoint · share of position-dominated heads; dashed: taxonomy thresholds "
                       f"{low:g} / {high:g} on r_q and ±{low:g} / ±{high:g} on r_k; shaded: position-dominated "
                       f"(r_q > {high:g} and |r_k| > {high:g})."],
         )
     )
-    shares = [share[c] for c in s.order if c in share]
+    order = [c for c in s.order if c in share]
+    shares = [share[c] for c in order]
     most = max(range(len(shares)), key=shares.__getitem__) if shares else 0
     return attach(
         built,
         (f"{len(data):,} heads drawn" if len(data) == n_total else
          f"{len(data):,} of {n_total:,} heads drawn, a deterministic sample (the shares count them all),")
-        + f" over the checkpoints of {s.name}. The position-dominated share goes "
+        + f" over the {'drawn ' if len(drawn) < len(s.models) else ''}checkpoints of {s.name}. "
+        "The position-dominated share goes "
         f"{fmt_pct(shares[0] if shares else None)} → {fmt_pct(shares[-1] if shares else None)}"
-        + (f", highest at {s.order[most]} ({fmt_pct(shares[most])})" if shares and 0 < most < len(shares) - 1 else "")
+        + (f", highest at {order[most]} ({fmt_pct(shares[most])})" if shares and 0 < most < len(shares) - 1 else "")
         + ".",
         "The seed describes the cloud tightening into the position-dominated corner over training.",
     )

@@ -10,7 +10,7 @@ import altair as alt
 import duckdb
 
 from qkdb.charts.caption import attach
-from qkdb.charts.data import families_of, resolve_models, rows, values
+from qkdb.charts.data import drawn_models, families_of, resolve_models, rows, values
 from qkdb.charts.style import SLOPE_RATIO, fmt_num, fmt_pct, family_scale
 
 OVERALL = "all models"
@@ -30,7 +30,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     chosen = resolve_models(con, models)
     overall = not models and len(chosen) > 1
     data = rows(con, _SQL.format(overall=OVERALL), {"models": chosen, "overall": overall})
-    order = chosen + ([OVERALL] if overall else [])
+    drawn = drawn_models(con, chosen, models)
+    order = drawn.models + ([OVERALL] if overall else [])
     fams = families_of(con, chosen)
     positive = all((d["q25_ratio"] or 0) > 0 for d in data)
     if positive and data:
@@ -45,7 +46,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     domain, range_ = family_scale(fams).domain, family_scale(fams).range
     color = alt.Color("family:N", scale=alt.Scale(domain=[*domain, OVERALL], range=[*range_, "#333333"]), title="family",
                       legend=alt.Legend(symbolOpacity=1))
-    base = alt.Chart(values(data))
+    base = alt.Chart(values(drawn.rows(data, keep=(OVERALL,))))
     iqr = base.mark_rule(strokeWidth=3, opacity=0.5).encode(
         y=y, x=alt.X("q25_ratio:Q", scale=scale, axis=axis, title=f"{SLOPE_RATIO} (median; bar = IQR over heads)"),
         x2=alt.X2("q75_ratio:Q"), color=color,
@@ -70,7 +71,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         "Drift slope ratio of keys to queries per model",
         subtitle=[
             "Planar rotation (seed 002 figure 05): |K slope| / |Q slope| of the OLS position slopes on axis a; "
-            "dashed: equal drift (ratio 1), right of it keys drift faster."
+            "dashed: equal drift (ratio 1), right of it keys drift faster.",
+            *([drawn.note] if drawn.note else []),
         ],
     )
     built = alt.layer(one, one_label, iqr, dots, labels).properties(width=480, height=alt.Step(24), title=title)

@@ -10,7 +10,7 @@ import altair as alt
 import duckdb
 
 from qkdb.charts.caption import attach
-from qkdb.charts.data import resolve_models, rows, values
+from qkdb.charts.data import drawn_models, resolve_models, rows, values
 from qkdb.charts.style import fmt_pct
 
 OVERALL = "all models"
@@ -42,9 +42,10 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     overall = not models and len(chosen) > 1
     data = rows(con, _SQL.format(overall=OVERALL, a=PARTS[0], b=PARTS[1], c=PARTS[2]),
                 {"models": chosen, "overall": overall})
-    order = chosen + ([OVERALL] if overall else [])
+    drawn = drawn_models(con, chosen, models)
+    order = drawn.models + ([OVERALL] if overall else [])
     y = alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
-    base = alt.Chart(values(data))
+    base = alt.Chart(values(drawn.rows(data, keep=(OVERALL,))))
     bars = base.mark_bar(stroke="white", strokeWidth=0.5).encode(
         y=y,
         x=alt.X("share:Q", stack="zero", title="share of pooled Q+K variance (mean over heads)",
@@ -75,7 +76,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     title = alt.TitleParams(
         "Variance decomposition: the {a, b} plane and its complement",
         subtitle=["Planar rotation (seed 002 figure 03): mean share of the pooled variance along a, along b and "
-                  "in the rest."],  # (the numbers: the caption's)
+                  "in the rest.", *([drawn.note] if drawn.note else [])],  # (the numbers: the caption's)
     )
     built = alt.layer(bars, labels).properties(width=500, height=alt.Step(26), title=title)
     per_model = {d["model"]: d for d in data if d["scope"] == "model"}

@@ -21,6 +21,14 @@ def chart_home(tmp_path_factory) -> Path:
     return _CACHE["full"]
 
 
+@pytest.fixture(scope="module")
+def con(chart_home):
+    """The chart warehouse, read-only (a test module may define its own ``con``)."""
+    c = qkdb.api.connect(chart_home, read_only=True)
+    yield c
+    c.close()
+
+
 @pytest.fixture(scope="session")
 def bare_home(tmp_path_factory) -> Path:
     """One standalone model and nothing else: no series."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import qkdb
 from qkdb.charts import explorer as explorer_module
 from qkdb.charts import style
 from qkdb.charts.api import chart
@@ -23,13 +22,6 @@ from helpers.chart_warehouse import POOLED_MODELS, SERIES
 from helpers.specs import nodes
 
 LIMIT = 7
-
-
-@pytest.fixture(scope="module")
-def con(chart_home):
-    c = qkdb.api.connect(chart_home, read_only=True)
-    yield c
-    c.close()
 
 
 def _heads_rows(spec: dict) -> list[dict]:
