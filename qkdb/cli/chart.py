@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, check_warehouse, note, open_warehouse
+from qkdb.cli.common import HomeOption, check_warehouse, home_dir, note, open_warehouse
 from qkdb.errors import ChartError
 
 ModelOption = Annotated[
@@ -81,7 +81,7 @@ def _report_connection(home):
     try:
         findings_from = warehouse.findings_source(con)
         recomputed = findings_from == "findings" and ensure_intervals(con)
-        warehouse.snapshot(con)
+        warehouse.snapshot(con, home=home_dir(home))
     except BaseException:
         con.close()
         raise

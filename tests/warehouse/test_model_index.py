@@ -100,3 +100,32 @@ def test_a_new_schema_file_rebuilds_the_whole_index(dataset, home):
     assert model_index.model_rows(home) == _view_rows(home)
     after = pq.read_table(model_index.path(home)).column(model_index.VERSION).to_pylist()
     assert after != before and after[0].rsplit("/", 1)[-1] != before[0].rsplit("/", 1)[-1]
+
+
+def test_the_reports_snapshot_takes_the_models_from_the_index_and_keeps_a_restriction(tmp_path, home):
+    from qkdb.warehouse import restrict_models, snapshot
+
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, workers=1, **FACTS)
+    expected = _view_rows(home)
+    con = qkdb.connect(home, read_only=True)
+    try:
+        con.execute("set TimeZone = 'UTC'")
+        snapshot(con, home=home)
+        kinds = dict(con.execute(
+            "select table_name, table_type from information_schema.tables where table_catalog = 'temp'").fetchall())
+        assert kinds["models"] == "LOCAL TEMPORARY" and kinds["head_metrics"] == "LOCAL TEMPORARY"
+        cur = con.execute("select * from models order by model")
+        names = [d[0] for d in cur.description]
+        assert {r[0]: dict(zip(names, r)) for r in cur.fetchall()} == expected
+        assert con.execute("select count(distinct model) from head_metrics").fetchall()[0][0] == 2
+    finally:
+        con.close()
+    con = qkdb.connect(home, read_only=True)
+    try:
+        restrict_models(con, ["toy-a"])
+        snapshot(con, home=home)
+        assert con.execute("select model from models").fetchall() == [("toy-a",)]
+        assert con.execute("select distinct model from head_metrics").fetchall() == [("toy-a",)]
+    finally:
+        con.close()
