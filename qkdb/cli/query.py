@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from qkdb.cli.app import app
-from qkdb.cli.common import HomeOption, note, open_warehouse
+from qkdb.cli.common import HomeOption, home_dir, note, open_warehouse
 from qkdb.cli.output import Format, write_result
 from qkdb.errors import QueryError
 
@@ -32,6 +32,11 @@ def query(
     # the statements then run as parsed here.
     statements = check_read_only(sql)
     con = open_warehouse(home)
+    from qkdb import warehouse
+
+    # A finding view reads every head's metrics: from the index (one file), not four files a model.
+    if warehouse.reads_head_metrics(con, sql):
+        warehouse.shadow_head_metrics(con, home_dir(home))
     with contextlib.closing(con), run_query(statements, con=con) as results:
         if len(results) > 1 and (output is not None or Format(format) not in (Format.table, Format.markdown, Format.line)):
             raise QueryError(

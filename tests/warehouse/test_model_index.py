@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pyarrow.parquet as pq
 
@@ -60,6 +61,7 @@ def test_without_a_writable_index_the_models_are_read_from_their_files(dataset, 
     from qkdb.cli.app import app
 
     qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    shutil.rmtree(home / model_index.FOLDER)  # (the ingest made it, for the head_metrics index)
     (home / model_index.FOLDER).write_text("not a folder")  # the index cannot be written
     assert model_index.ensure(home) is None and model_index.model_rows(home) is None
     con = qkdb.connect(home)

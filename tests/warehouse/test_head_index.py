@@ -1,0 +1,144 @@
+"""The head_metrics index: every head's row in one file, equal to the view's through publishes, removals and rewritten files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+import qkdb
+from qkdb import api
+from qkdb.warehouse import head_index, store
+
+from helpers.datasets import make_dataset
+
+FACTS = dict(family="Toy", gqa_ratio=2, n_layers=2)
+ORDER = "order by model, layer, head"
+
+
+def _rows(con, source: str) -> list[tuple]:
+    return con.execute(f"select * from {source} {ORDER}").fetchall()
+
+
+def _view_and_index(home) -> tuple[list[tuple], list[tuple], bool]:
+    """The catalog view's rows, then the rows a shadowed connection reads, and whether it was shadowed."""
+    con = qkdb.connect(home, read_only=True)
+    try:
+        view = _rows(con, "head_metrics")
+        shadowed = head_index.shadow_head_metrics(con, home)
+        cols_view = [d[0] for d in con.execute("select * from qk.main.head_metrics limit 0").description]
+        cols_temp = [d[0] for d in con.execute("select * from head_metrics limit 0").description]
+        assert cols_temp == cols_view
+        return view, _rows(con, "head_metrics"), shadowed
+    finally:
+        con.close()
+
+
+def _stamps(home) -> dict[str, str]:
+    rows = pq.read_table(head_index.path(home), columns=["model", head_index.VERSION]).to_pylist()
+    return {r["model"]: r[head_index.VERSION] for r in rows}
+
+
+def test_the_index_holds_the_views_rows_through_publish_reingest_and_removal(tmp_path, home):
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, workers=1, **FACTS)
+    view, index, shadowed = _view_and_index(home)
+    assert shadowed and index == view and len({r[0] for r in view}) == 2
+    first = _stamps(home)
+    mtime = os.stat(head_index.path(home)).st_mtime_ns
+    assert _view_and_index(home)[1] == view  # checked again, nothing changed: not rewritten
+    assert os.stat(head_index.path(home)).st_mtime_ns == mtime
+    # A re-ingest publishes a new version of one model: only its rows are computed again.
+    qkdb.ingest(make_dataset(tmp_path / "ds2", seed=7), "toy-b", workers=1, family="Other", gqa_ratio=2, n_layers=2)
+    view, index, shadowed = _view_and_index(home)
+    assert shadowed and index == view and {r[1] for r in view if r[0] == "toy-b"} == {"Other"}
+    second = _stamps(home)
+    assert second["toy-a"] == first["toy-a"] and second["toy-b"] != first["toy-b"]
+    api.remove("toy-a", home=home)
+    view, index, shadowed = _view_and_index(home)
+    assert shadowed and index == view and {r[0] for r in view} == {"toy-b"}
+
+
+def test_a_table_file_rewritten_in_place_is_read_again(dataset, home):
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    _view_and_index(home)
+    f = store.current_file(home, "toy", "rotation")
+    t = pq.read_table(f)
+    i = t.column_names.index("bias_strength")
+    pq.write_table(t.set_column(i, t.schema.field(i), [[123.0] * t.num_rows]), f)
+    view, index, shadowed = _view_and_index(home)
+    assert shadowed and index == view
+    con = qkdb.connect(home, read_only=True)
+    try:
+        head_index.shadow_head_metrics(con, home)
+        assert con.execute("select min(bias_strength), max(bias_strength) from head_metrics").fetchall() == [(123.0, 123.0)]
+    finally:
+        con.close()
+
+
+def test_a_restricted_connection_reads_its_own_models(tmp_path, home):
+    from qkdb.warehouse import restrict_models
+
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, workers=1, **FACTS)
+    con = qkdb.connect(home, read_only=True)
+    try:
+        restrict_models(con, ["toy-b"])
+        assert not head_index.shadow_head_metrics(con, home)
+        assert con.execute("select distinct model from head_metrics").fetchall() == [("toy-b",)]
+    finally:
+        con.close()
+
+
+def test_without_a_writable_index_the_view_serves(dataset, home, runner):
+    from qkdb.cli.app import app
+
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    assert head_index.path(home).is_file()  # (the ingest's refresh of the findings made it)
+    head_index.path(home).unlink()
+    head_index.path(home).mkdir()  # a folder where the file would go: it cannot be written
+    con = qkdb.connect(home, read_only=True)
+    try:
+        assert not head_index.shadow_head_metrics(con, home)
+        assert con.execute("select count(*) from head_metrics").fetchall()[0][0] > 0
+    finally:
+        con.close()
+    out = runner.invoke(app, ["query", "select count(*) as n from taxonomy", "-f", "csv"])
+    assert out.exit_code == 0, out.stderr
+    assert int(out.stdout.splitlines()[1]) > 0
+
+
+def test_qkdb_query_reads_a_finding_view_through_the_index(tmp_path, home, runner):
+    from qkdb.cli.app import app
+
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, workers=1, **FACTS)
+    sql = "select model, count(*) as n, sum(bias_strength) as s from head_metrics group by model order by model"
+    con = qkdb.connect(home, read_only=True)
+    try:
+        expected = con.execute(sql).fetchall()
+    finally:
+        con.close()
+    if head_index.path(home).exists():
+        head_index.path(home).unlink()
+    out = runner.invoke(app, ["query", sql, "-f", "csv"])
+    assert out.exit_code == 0, out.stderr
+    assert head_index.path(home).is_file()  # the query made it
+    got = list(csv.reader(io.StringIO(out.stdout)))[1:]
+    assert [(m, int(n)) for m, n, _ in got] == [(m, n) for m, n, _ in expected]
+    assert [float(s) for *_, s in got] == pytest.approx([s for *_, s in expected], rel=1e-12)
+
+
+def test_only_a_query_naming_a_finding_view_uses_the_index(dataset, home):
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)
+    con = qkdb.connect(home, read_only=True)
+    try:
+        assert head_index.reads_head_metrics(con, "select * from TAXONOMY")
+        assert head_index.reads_head_metrics(con, "from head_metrics limit 1")
+        assert not head_index.reads_head_metrics(con, "select 1")
+        assert not head_index.reads_head_metrics(con, "select * from heads join pca using (model, layer, head)")
+    finally:
+        con.close()
