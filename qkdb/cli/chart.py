@@ -57,6 +57,11 @@ def chart(
     models = None if not model else (model[0] if len(model) == 1 else model)
     con = open_warehouse(home)
     try:
+        from qkdb import warehouse
+
+        # Every head's metrics and model's row from the indexes (one file each, not files a model).
+        warehouse.shadow_head_metrics(con, home_dir(home))
+        warehouse.snapshot_models(con, home_dir(home))
         figure = build_chart(name, con, models=models, series=series, head=heads)
     finally:
         con.close()
