@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qkdb.warehouse.home import STORE
+from qkdb.warehouse.model_index import indexed_stamps, shadow_with, shadowed, write_index
 
 if TYPE_CHECKING:
     import duckdb
@@ -63,16 +63,6 @@ def stamps(home: Path, catalog: str) -> dict[str, str]:
     return out
 
 
-def _shadowed(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether ``con`` has its own version of the view or of a table it reads (restricted, snapshotted)."""
-    names = ", ".join(_quote(n) for n in (VIEW, *TABLES))
-    return bool(con.execute(
-        f"select count(*) from duckdb_views() where database_name = 'temp' and view_name in ({names})"
-    ).fetchall()[0][0] or con.execute(
-        f"select count(*) from duckdb_tables() where database_name = 'temp' and table_name in ({names})"
-    ).fetchall()[0][0])
-
-
 def ensure(home: Path, con: duckdb.DuckDBPyConnection) -> Path | None:
     """The index of ``home``, brought up to date through ``con`` (the catalog's connection); None when it cannot be.
 
@@ -82,7 +72,7 @@ def ensure(home: Path, con: duckdb.DuckDBPyConnection) -> Path | None:
     """
     import duckdb
 
-    if _shadowed(con):
+    if shadowed(con, (VIEW, *TABLES)):  # (its rows are not the warehouse's)
         return None
     try:
         db = con.execute("select current_database()").fetchall()[0][0]
@@ -95,12 +85,7 @@ def ensure(home: Path, con: duckdb.DuckDBPyConnection) -> Path | None:
     if not want:
         return None
     target = path(home)
-    have: dict[str, str] = {}
-    if target.is_file():
-        try:
-            have = dict(con.execute(f"select distinct model, {VERSION} from read_parquet({_quote(str(target))})").fetchall())
-        except duckdb.Error:  # unreadable (another layout, a torn copy): rebuilt whole
-            have = {}
+    have = indexed_stamps(con, target)
     if have == want:
         return target
     kept = [m for m, v in want.items() if have.get(m) == v]
@@ -118,16 +103,7 @@ def ensure(home: Path, con: duckdb.DuckDBPyConnection) -> Path | None:
             f"join (values {values}) s(model, {VERSION}) on s.model = h.model "
             f"where h.model in ({', '.join(map(_quote, new))})"
         )
-    tmp = target.parent / f".{DATA}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        target.parent.mkdir(exist_ok=True)
-        con.execute(f"copy ({' union all by name '.join(parts)} order by model, layer, head) to {_quote(str(tmp))} (format parquet)")
-        os.replace(tmp, target)
-    except (OSError, duckdb.Error):
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        return None
-    return target
+    return write_index(con, f"{' union all by name '.join(parts)} order by model, layer, head", target)
 
 
 def shadow_head_metrics(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
@@ -138,24 +114,8 @@ def shadow_head_metrics(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
     date, or when ``con`` has its own version of a table the view reads (restricted to some models,
     say): the catalog's view serves then.
     """
-    import duckdb
-
     index = ensure(home, con)
-    if index is None:
-        return False
-    db = con.execute("select current_database()").fetchall()[0][0]
-    cols = [r[0] for r in con.execute(
-        "select column_name from duckdb_columns() where database_name = ? and schema_name = 'main' "
-        "and table_name = ? order by column_index", [db, VIEW],
-    ).fetchall()]
-    if not cols:
-        return False
-    select = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
-    try:
-        con.execute(f"create temp view {VIEW} as select {select} from read_parquet({_quote(str(index))})")
-    except duckdb.Error:  # the index lacks a column the view has
-        return False
-    return True
+    return index is not None and shadow_with(con, VIEW, index, "view")
 
 
 def reads_head_metrics(con: duckdb.DuckDBPyConnection, sql: str) -> bool:

@@ -69,6 +69,34 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def indexed_stamps(con: duckdb.DuckDBPyConnection, target: Path) -> dict[str, str]:
+    """Model -> the stamp its rows in the index ``target`` were read with ({} without a readable index)."""
+    import duckdb
+
+    if not target.is_file():
+        return {}
+    try:
+        return dict(con.execute(f"select distinct model, {VERSION} from read_parquet({_quote(str(target))})").fetchall())
+    except duckdb.Error:  # unreadable (another layout, a torn copy): rebuilt whole
+        return {}
+
+
+def write_index(con: duckdb.DuckDBPyConnection, select: str, target: Path) -> Path | None:
+    """Replace the index ``target`` with the rows of ``select``, atomically; None when it cannot be written."""
+    import duckdb
+
+    tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        target.parent.mkdir(exist_ok=True)
+        con.execute(f"copy ({select}) to {_quote(str(tmp))} (format parquet)")
+        os.replace(tmp, target)
+    except (OSError, duckdb.Error):
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return None
+    return target
+
+
 def ensure(home: Path, con: duckdb.DuckDBPyConnection | None = None) -> Path | None:
     """The index of ``home``, brought up to date with the published models; None when it cannot be.
 
@@ -87,12 +115,7 @@ def ensure(home: Path, con: duckdb.DuckDBPyConnection | None = None) -> Path | N
     if own:
         con = duckdb.connect()
     try:
-        have: dict[str, str] = {}
-        if target.is_file():
-            try:
-                have = dict(con.execute(f"select model, {VERSION} from read_parquet({_quote(str(target))})").fetchall())
-            except duckdb.Error:  # unreadable (another layout, a torn copy): rebuilt whole
-                have = {}
+        have = indexed_stamps(con, target)
         if have == versions:
             return target
         kept = [m for m, v in versions.items() if have.get(m) == v]
@@ -112,16 +135,7 @@ def ensure(home: Path, con: duckdb.DuckDBPyConnection | None = None) -> Path | N
             keep = ", ".join(_quote(m) for m in kept)
             old = f"select * from read_parquet({_quote(str(target))}) where model in ({keep})"
             fresh = f"{old} union all by name {fresh}"
-        tmp = target.parent / f".{DATA}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            target.parent.mkdir(exist_ok=True)
-            con.execute(f"copy ({fresh} order by model) to {_quote(str(tmp))} (format parquet)")
-            os.replace(tmp, target)
-        except (OSError, duckdb.Error):
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            return None
-        return target
+        return write_index(con, f"{fresh} order by model", target)
     finally:
         if own:
             con.close()
@@ -150,6 +164,39 @@ def model_rows(home: Path) -> dict[str, dict] | None:
         con.close()
 
 
+def shadowed(con: duckdb.DuckDBPyConnection, names: tuple[str, ...]) -> bool:
+    """Whether ``con`` has a temporary view or table of one of these names (its own version of it)."""
+    listed = ", ".join(_quote(n) for n in names)
+    return bool(con.execute(
+        f"select count(*) from duckdb_views() where database_name = 'temp' and view_name in ({listed})"
+    ).fetchall()[0][0] or con.execute(
+        f"select count(*) from duckdb_tables() where database_name = 'temp' and table_name in ({listed})"
+    ).fetchall()[0][0])
+
+
+def shadow_with(con: duckdb.DuckDBPyConnection, name: str, index: Path, kind: str, order: str = "") -> bool:
+    """Shadow the catalog's ``name`` on ``con`` with a temporary ``kind`` ('table' or 'view') over ``index``.
+
+    It has the catalog's columns, in their order; False (nothing made) when the catalog has no such
+    view or the index lacks one of its columns (a catalog newer than the index).
+    """
+    import duckdb
+
+    db = con.execute("select current_database()").fetchall()[0][0]
+    cols = [r[0] for r in con.execute(
+        "select column_name from duckdb_columns() where database_name = ? and schema_name = 'main' "
+        "and table_name = ? order by column_index", [db, name],
+    ).fetchall()]
+    if not cols:
+        return False
+    select = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+    try:
+        con.execute(f"create temp {kind} {name} as select {select} from read_parquet({_quote(str(index))}) {order}")
+    except duckdb.Error:
+        return False
+    return True
+
+
 def snapshot_models(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
     """Let ``con`` read the ``models`` rows from the index: a temporary table that shadows the catalog's view.
 
@@ -158,28 +205,7 @@ def snapshot_models(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
     this connection (:func:`~qkdb.warehouse.views.restrict_models`). Like the report's snapshot, the
     connection then reads the models as they were when it was called.
     """
-    import duckdb
-
-    shadowed = con.execute(
-        "select count(*) from duckdb_views() where database_name = 'temp' and view_name = ?", [_TABLE]
-    ).fetchall()[0][0] or con.execute(
-        "select count(*) from duckdb_tables() where database_name = 'temp' and table_name = ?", [_TABLE]
-    ).fetchall()[0][0]
-    if shadowed:
+    if shadowed(con, (_TABLE,)):
         return False
     index = ensure(home, con)
-    if index is None:
-        return False
-    db = con.execute("select current_database()").fetchall()[0][0]
-    cols = [r[0] for r in con.execute(
-        "select column_name from duckdb_columns() where database_name = ? and schema_name = 'main' "
-        "and table_name = ? order by column_index", [db, _TABLE],
-    ).fetchall()]
-    if not cols:
-        return False
-    select = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
-    try:
-        con.execute(f"create temp table {_TABLE} as select {select} from read_parquet({_quote(str(index))}) order by model")
-    except duckdb.Error:  # the index lacks a column the view has (a catalog newer than the index)
-        return False
-    return True
+    return index is not None and shadow_with(con, _TABLE, index, "table", "order by model")
