@@ -15,23 +15,17 @@ index again (atomically). :func:`shadow_head_metrics` lets one connection read i
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qkdb.warehouse.home import STORE
-from qkdb.warehouse.model_index import indexed_stamps, shadow_with, shadowed, write_index
+from qkdb.warehouse.model_index import FOLDER, VERSION, indexed_stamps, shadow_with, shadowed, version_files, write_index
 
 if TYPE_CHECKING:
     import duckdb
 
-FOLDER = ".index"  # (model_index.FOLDER: the same folder)
 DATA = "head_metrics.parquet"
-VERSION = "_version"
 VIEW = "head_metrics"
 TABLES = ("heads", "models", "pca", "rotation")  # what the view reads (sql/head_metrics.sql)
-_FILE = "data.parquet"
 
 
 def path(home: Path) -> Path:
@@ -44,23 +38,9 @@ def _quote(s: str) -> str:
 
 def stamps(home: Path, catalog: str) -> dict[str, str]:
     """Model -> the stamp its rows are computed from: ``<version>/<mtime ns>.<bytes> of each table's file>/<catalog>``."""
-    store = str(home / STORE)
-    out: dict[str, str] = {}
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(store):
-            try:
-                version = os.readlink(os.path.join(entry.path, "current"))
-            except OSError:  # not a model folder, or its link went meanwhile: not a model the view shows
-                continue
-            files = []
-            for table in TABLES:
-                try:
-                    st = os.stat(os.path.join(store, entry.name, version, table, _FILE))
-                    files.append(f"{st.st_mtime_ns}.{st.st_size}")
-                except OSError:  # (a table the model lacks: the view's left join gives NULLs)
-                    files.append("-")
-            out[entry.name] = f"{version}/{'/'.join(files)}/{catalog}"
-    return out
+    # (a table the model lacks stamps as '-': the view's left join gives NULLs)
+    return {m: f"{version}/{'/'.join(f or '-' for f in files)}/{catalog}"
+            for m, (version, files) in version_files(home, TABLES).items()}
 
 
 def ensure(home: Path, con: duckdb.DuckDBPyConnection) -> Path | None:

@@ -40,29 +40,46 @@ def path(home: Path) -> Path:
     return home / FOLDER / DATA
 
 
-def current_versions(home: Path) -> dict[str, str]:
-    """Model -> the stamp of its current ``models`` file: ``<version>/<mtime ns>/<bytes>/<schema file's stamp>`` (a listing and a stat a model).
+def version_files(home: Path, tables: tuple[str, ...]) -> dict[str, tuple[str, list[str | None]]]:
+    """Model -> (the version ``.store/<model>/current`` links to, ``<mtime ns>.<bytes>`` of each table's file, None where missing).
 
-    The version is the name ``.store/<model>/current`` links to. A published version is never
-    rewritten by qkdb; the file's time and size catch one rewritten anyway (restored from a backup,
-    edited by hand), so that the index never outlives the file it copied.
+    A listing and a stat a table and model. Models without that link (not a model's folder, or one
+    being removed) are left out: the catalog's views do not show them either.
     """
     store = str(home / STORE)
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, list[str | None]]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(store):
+            try:
+                version = os.readlink(os.path.join(entry.path, "current"))
+            except OSError:
+                continue
+            files: list[str | None] = []
+            for table in tables:
+                try:
+                    st = os.stat(os.path.join(store, entry.name, version, table, _FILE))
+                    files.append(f"{st.st_mtime_ns}.{st.st_size}")
+                except OSError:
+                    files.append(None)
+            out[entry.name] = (version, files)
+    return out
+
+
+def current_versions(home: Path) -> dict[str, str]:
+    """Model -> the stamp of its current ``models`` file: ``<version>/<mtime ns>.<bytes>/<schema file's stamp>``.
+
+    A published version is never rewritten by qkdb; the file's time and size catch one rewritten
+    anyway (restored from a backup, edited by hand), so that the index never outlives the file it copied.
+    """
     # The catalog's schema file types the index's columns: a new one (a catalog rebuilt by another
     # qkdb) makes every row's stamp differ, so that the index is rebuilt with the columns it types.
     try:
         st = os.stat(home / _SCHEMA)
     except OSError:
-        return out
+        return {}
     schema = f"{st.st_mtime_ns}.{st.st_size}"
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(store):
-            with contextlib.suppress(OSError):  # not a model folder, or its link went meanwhile
-                version = os.readlink(os.path.join(entry.path, "current"))
-                st = os.stat(os.path.join(store, entry.name, version, _TABLE, _FILE))
-                out[entry.name] = f"{version}/{st.st_mtime_ns}/{st.st_size}/{schema}"
-    return out
+    return {m: f"{version}/{files[0]}/{schema}" for m, (version, files) in version_files(home, (_TABLE,)).items()
+            if files[0] is not None}
 
 
 def _quote(s: str) -> str:
