@@ -594,3 +594,24 @@ def rope_truth(folder, ids, family: str) -> list[dict]:
         np.testing.assert_allclose(omega, buffer, rtol=1e-6)
         out.append({"inv_freq": buffer, "attention_factor": att, "scaling": scaling})
     return out
+
+
+def sniff_family(folder, corpus, out, **kw):
+    """``qkdb sniff`` of a tiny model over a corpus, every query head, seed 3 (the family, device and GPU tests).
+
+    ``kw``: the caller's ``n_texts``, ``max_length``, ``vectors_per_head`` and any other option, overriding these.
+    """
+    from qkdb.ingest.capture.sniff import SniffOptions, sniff
+
+    opts = dict(out=out, model_path=folder, text=str(corpus), q_heads=None, min_bucket_size=16, seed=3)
+    opts.update(kw)
+    return sniff(SniffOptions(**opts))
+
+
+def stored_vectors(out) -> dict:
+    """(layer, head, 'q' or 'k') -> the vectors a capture stored in ``out``."""
+    from qkdb.ingest.sources.layout import discover, read_head
+
+    found = discover(out)
+    return {(l, h, k): read_head(hf.path) for k, table in (("q", found.queries), ("k", found.keys))
+            for (l, h), hf in table.items()}

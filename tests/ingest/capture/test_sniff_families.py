@@ -55,12 +55,7 @@ def references(model_of, corpus):
 
 
 def _sniff(folder, corpus, out, **kw):
-    from qkdb.ingest.capture.sniff import SniffOptions, sniff
-
-    opts = dict(out=out, model_path=folder, text=str(corpus), n_texts=N_TEXTS, max_length=MAX_LENGTH, q_heads=None,
-                vectors_per_head=PER_FILE, min_bucket_size=16, seed=3)
-    opts.update(kw)
-    return sniff(SniffOptions(**opts))
+    return tm.sniff_family(folder, corpus, out, **{"n_texts": N_TEXTS, "max_length": MAX_LENGTH, "vectors_per_head": PER_FILE, **kw})
 
 
 def _compare(out, ref, expected) -> int:

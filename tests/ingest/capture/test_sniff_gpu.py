@@ -22,7 +22,6 @@ pytestmark = [pytest.mark.sniff, pytest.mark.gpu]
 
 from helpers import tiny_models as tm  # noqa: E402
 
-from qkdb.ingest.sources.layout import discover, read_head  # noqa: E402
 
 N_TEXTS, MAX_LENGTH, PER_FILE = 3, 64, 48
 LAYOUT = ("rope", "rope_pairing", "rotary_dims", "rotary_offset", "nope_layers", "rope_inv_freq", "attention_scale")
@@ -39,18 +38,12 @@ if not torch.cuda.is_available():
 
 
 def _sniff(folder, corpus, out, **kw):
-    from qkdb.ingest.capture.sniff import SniffOptions, sniff
-
-    opts = dict(out=out, model_path=folder, text=str(corpus), n_texts=N_TEXTS, max_length=MAX_LENGTH, q_heads=None,
-                vectors_per_head=PER_FILE, min_bucket_size=16, seed=3, device="cuda")
-    opts.update(kw)
-    return sniff(SniffOptions(**opts))
+    return tm.sniff_family(folder, corpus, out, **{"n_texts": N_TEXTS, "max_length": MAX_LENGTH, "vectors_per_head": PER_FILE,
+                                                   "device": "cuda", **kw})
 
 
 def _vectors(out) -> dict:
-    found = discover(out)
-    return {(l, h, k): read_head(hf.path) for k, table in (("q", found.queries), ("k", found.keys))
-            for (l, h), hf in table.items()}
+    return tm.stored_vectors(out)
 
 
 @pytest.mark.parametrize("family, dtype", [("llama", "bfloat16"), ("llama", "float32"), ("gpt_neox", "bfloat16"),

@@ -140,18 +140,11 @@ def test_one_revision_is_one_capture_and_like_pairs_it_with_the_series(hub, seri
 def ray_head(hub):
     from helpers.ray_head import running_head
 
+    from qkdb.ingest.engine.runtime import scoped_env
+
     # the workers download the checkpoints from the fake Hub: the head (and so they) must know it
-    saved = {k: os.environ.get(k) for k in ("HF_ENDPOINT", "HF_HUB_DISABLE_XET")}
-    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"})
-    try:
-        with running_head() as head:
-            yield head
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with scoped_env({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"}), running_head() as head:
+        yield head
 
 
 @pytest.mark.cluster
