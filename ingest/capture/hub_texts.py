@@ -24,7 +24,6 @@ every ``example_id`` (position i: example_id i). Without ``--id-column`` it is t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from qkdb.errors import SniffError
+from qkdb.ingest.capture.texts import json_lines
 
 FORMATS = (".parquet", ".jsonl")
 SPLIT_WORDS = {
@@ -278,29 +278,23 @@ class HubDataset:
             yield from zip(ids, textcol)
 
     def _jsonl(self, local: Path, path: str) -> Iterator[tuple[object, str]]:
-        with local.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    item = json.loads(line)
-                except ValueError as exc:
-                    raise SniffError(f"{self._where(path)}:{lineno}: not valid JSON ({exc})") from None
-                if not isinstance(item, dict):
-                    raise SniffError(f"{self._where(path)}:{lineno}: a line that is not a JSON object")
-                for name in [self.request.text_column] + ([self.request.id_column] if self.request.id_column else []):
-                    if name not in item:
-                        raise SniffError(f"{self._where(path)}:{lineno}: no field {name!r} (its fields: "
-                                         f"{', '.join(sorted(item))})", kind="not_found")
-                text = item[self.request.text_column]
-                if text is not None and not isinstance(text, str):
-                    raise SniffError(f"{self._where(path)}:{lineno}: the text field {self.request.text_column!r} holds "
-                                     f"{type(text).__name__}, not text (choose the field with --text-column)")
-                ident = item[self.request.id_column] if self.request.id_column else None
-                if self.request.id_column and (isinstance(ident, bool) or not isinstance(ident, (int, str))):
-                    raise SniffError(f"{self._where(path)}:{lineno}: the id field {self.request.id_column!r} holds "
-                                     f"{type(ident).__name__}; ids must be integers or strings")
-                yield ident, text
+        where = self._where(path)
+        for lineno, item in json_lines(local, where):
+            if not isinstance(item, dict):
+                raise SniffError(f"{where}:{lineno}: a line that is not a JSON object")
+            for name in [self.request.text_column] + ([self.request.id_column] if self.request.id_column else []):
+                if name not in item:
+                    raise SniffError(f"{where}:{lineno}: no field {name!r} (its fields: "
+                                     f"{', '.join(sorted(item))})", kind="not_found")
+            text = item[self.request.text_column]
+            if text is not None and not isinstance(text, str):
+                raise SniffError(f"{where}:{lineno}: the text field {self.request.text_column!r} holds "
+                                 f"{type(text).__name__}, not text (choose the field with --text-column)")
+            ident = item[self.request.id_column] if self.request.id_column else None
+            if self.request.id_column and (isinstance(ident, bool) or not isinstance(ident, (int, str))):
+                raise SniffError(f"{where}:{lineno}: the id field {self.request.id_column!r} holds "
+                                 f"{type(ident).__name__}; ids must be integers or strings")
+            yield ident, text
 
 
 def dataset_texts(dataset: HubDataset, encode: Callable[[str], list[int]], max_length: int, *,

@@ -49,21 +49,26 @@ def pydoc_documents() -> list[str]:
     return [topics[k] for k in sorted(topics)]
 
 
-def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
+def json_lines(path: Path, where: str | None = None) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) of every non-blank line of a JSON-lines file; ``where`` names it in errors."""
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
+                yield lineno, json.loads(line)
             except ValueError as exc:
-                raise SniffError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
-            if isinstance(item, str):
-                yield item
-            elif isinstance(item, dict) and isinstance(item.get(text_field), str):
-                yield item[text_field]
-            else:
-                raise SniffError(f"{path}:{lineno}: expected a JSON string or an object with a string {text_field!r}")
+                raise SniffError(f"{where or path}:{lineno}: not valid JSON ({exc})") from None
+
+
+def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
+    for lineno, item in json_lines(path):
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict) and isinstance(item.get(text_field), str):
+            yield item[text_field]
+        else:
+            raise SniffError(f"{path}:{lineno}: expected a JSON string or an object with a string {text_field!r}")
 
 
 def _file_documents(path: Path, text_field: str) -> Iterator[str]:

@@ -164,3 +164,16 @@ def test_empty_documents_are_skipped_not_packed_as_separators():
     assert [x.tolist() for x in texts.token_windows(["", "ab"], _encode, 5, pack=False)] == [[97, 98]]
     with pytest.raises(SniffError, match="no tokens"):
         texts.token_windows(["", " "], _encode, 5, pack=True, eos_id=0)
+
+
+def test_a_jsonl_corpus_reads_strings_and_text_fields_and_names_the_line_it_cannot_parse(tmp_path):
+    good = tmp_path / "docs.jsonl"
+    good.write_text('"first"\n\n{"text": "second", "id": 2}\n', encoding="utf-8")
+    assert list(texts._jsonl_documents(good, "text")) == ["first", "second"]
+    assert list(texts.json_lines(good)) == [(1, "first"), (3, {"text": "second", "id": 2})]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('"fine"\n{"text": oops}\n', encoding="utf-8")
+    with pytest.raises(SniffError, match=r"bad\.jsonl:2: not valid JSON"):
+        list(texts._jsonl_documents(bad, "text"))
+    with pytest.raises(SniffError, match=r"^acme/texts@main/train\.jsonl:2: not valid JSON"):
+        list(texts.json_lines(bad, "acme/texts@main/train.jsonl"))
