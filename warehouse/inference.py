@@ -124,6 +124,11 @@ def t_levels(df: float, level: float = 0.95) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=256)
+def warm_up() -> None:
+    """Import what :func:`t_quantile` needs now (from a thread that has nothing else to do meanwhile)."""
+    import scipy.special  # noqa: F401
+
+
 def t_quantile(p: float, df: float) -> float:
     """Quantile ``p`` of Student's t with ``df`` degrees of freedom."""
     from scipy.special import stdtrit  # (scipy.special, not scipy.stats: 0.2 s of import instead of 0.7)
@@ -239,13 +244,79 @@ def weighted_median(W: np.ndarray, x: np.ndarray, columns: np.ndarray | None = N
     reaches half the total, averaged with the next one when it reaches exactly half (an even count).
     NaN entries of ``x`` are left out. ``columns``: the column of ``W`` that weights each value
     (``W[:, columns]`` without making that matrix first; default, one column per value).
+
+    The cumulative weight is not summed over every value of every row: the sorted values are cut
+    into blocks, the weight below each cut is one matrix product (each column's count of values
+    below it), and only the two blocks where a row's half falls are summed value by value
+    (:func:`_median_in_brackets`). A row whose median is not inside them (a run of values a row does
+    not weight at all) is summed over every value (:func:`_median_by_cumsum`).
     """
     ok = np.isfinite(x)
     order = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]
     if order.size == 0:
         return np.full(W.shape[0], np.nan)
-    xs = x[order]
-    cum = W[:, order if columns is None else np.asarray(columns)[order]]
+    cols = order if columns is None else np.asarray(columns)[order]
+    return _median_in_brackets(W, x[order], cols)
+
+
+def grouped_weighted_median(Wg: np.ndarray, x: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """:func:`weighted_median` when every value of a group shares its group's weight (``Wg``: resamples × groups).
+
+    The same as ``weighted_median(Wg, x, columns=group)``: a bootstrap over hundreds of models with
+    hundreds of thousands of heads weights few columns, and only two blocks of values per row are
+    summed one by one.
+    """
+    return weighted_median(Wg, x, columns=group)
+
+
+# Values per block of the sorted values (their number: at most what keeps the columns' counts
+# below each cut, columns × cuts, to about 4M numbers).
+_BLOCK_VALUES = 256
+_MAX_COUNTS = 4_000_000
+
+
+def _median_in_brackets(W: np.ndarray, xs: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """:func:`weighted_median` of the sorted values ``xs``, weighted by the columns ``cols`` of ``W``."""
+    n, (B, G) = xs.size, W.shape
+    n_blocks = int(min(max(1, n // _BLOCK_VALUES), max(1, _MAX_COUNTS // max(G, 1))))
+    cuts = (np.arange(n_blocks + 1) * n) // n_blocks  # ranks: block k holds cuts[k]:cuts[k + 1]
+    block = np.repeat(np.arange(n_blocks), np.diff(cuts))
+    counts = np.bincount(block * G + cols, minlength=n_blocks * G).reshape(n_blocks, G)
+    below = np.zeros((n_blocks + 1, G))
+    np.cumsum(counts, axis=0, out=below[1:])
+    below = W @ below.T  # (B, n_blocks + 1): the weight of the values ranked below each cut
+    total = below[:, -1]
+    half = total / 2.0
+    tol = 1e-9 * np.maximum(total, 1e-300)
+    # The block where each row reaches half (less tol), and the next one: the median and the value
+    # after it (for an even count) lie in them unless the row gives the next block no weight.
+    k = np.clip((below[:, 1:-1] < (half - tol)[:, None]).sum(axis=1), 0, n_blocks - 1)
+    start, stop = cuts[k], cuts[np.minimum(k + 2, n_blocks)]
+    width = int((stop - start).max())
+    rank = start[:, None] + np.arange(width)
+    inside = rank < stop[:, None]
+    rank = np.minimum(rank, n - 1)
+    cum = np.where(inside, np.take_along_axis(W, cols[rank], axis=1), 0.0)
+    np.cumsum(cum, axis=1, out=cum)
+    cum += below[np.arange(B), k][:, None]
+    i_lo = start + (cum < (half - tol)[:, None]).sum(axis=1)
+    n_hi = (cum <= (half + tol)[:, None]).sum(axis=1)
+    i_hi = start + n_hi
+    at = np.minimum(i_lo - start, width - 1)
+    exact = np.abs(cum[np.arange(B), at] - half) <= tol
+    i_lo, i_hi = np.minimum(i_lo, n - 1), np.minimum(i_hi, n - 1)
+    med = np.where(exact, 0.5 * (xs[i_lo] + xs[i_hi]), xs[i_lo])
+    # Rows whose half, or the value after an exact half, is not inside their blocks: summed in full.
+    lost = (i_lo >= stop) | (exact & (n_hi >= stop - start) & (stop < n))
+    if lost.any():
+        med[lost] = _median_by_cumsum(W[lost], xs, cols)
+    return np.where(total > 0, med, np.nan)
+
+
+def _median_by_cumsum(W: np.ndarray, xs: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """:func:`weighted_median` summing every row's weights over all the sorted values ``xs``."""
+    n = xs.size
+    cum = W[:, cols]
     np.cumsum(cum, axis=1, out=cum)
     total = cum[:, -1]
     half = total / 2.0
@@ -254,53 +325,10 @@ def weighted_median(W: np.ndarray, x: np.ndarray, columns: np.ndarray | None = N
     # of its entries below a level is a binary search, not a comparison of every entry.
     i_lo = np.array([np.searchsorted(c, v, side="left") for c, v in zip(cum, half - tol)], dtype=np.int64)
     i_hi = np.array([np.searchsorted(c, v, side="right") for c, v in zip(cum, half + tol)], dtype=np.int64)
-    i_lo = np.minimum(i_lo, order.size - 1)
-    i_hi = np.minimum(i_hi, order.size - 1)
+    i_lo = np.minimum(i_lo, n - 1)
+    i_hi = np.minimum(i_hi, n - 1)
     exact = np.abs(np.take_along_axis(cum, i_lo[:, None], axis=1)[:, 0] - half) <= tol
     med = np.where(exact, 0.5 * (xs[i_lo] + xs[i_hi]), xs[i_lo])
-    return np.where(total > 0, med, np.nan)
-
-
-def grouped_weighted_median(Wg: np.ndarray, x: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """:func:`weighted_median` when every value of a group shares its group's weight (``Wg``: resamples × groups).
-
-    A binary search over the sorted values per resample: ``log2(n)`` steps of one ``searchsorted``
-    per group, instead of a cumulative sum over every value of every resample (a bootstrap over
-    hundreds of models with hundreds of thousands of heads).
-    """
-    ok = np.isfinite(x)
-    xs_order = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]
-    B, G = Wg.shape
-    if xs_order.size == 0:
-        return np.full(B, np.nan)
-    xs, gs = x[xs_order], np.asarray(group)[xs_order]
-    n = xs.size
-    positions = [np.flatnonzero(gs == g) for g in range(G)]
-    counts = np.array([p.size for p in positions], dtype=np.float64)
-    total = Wg @ counts
-    half = total / 2.0
-    tol = 1e-9 * np.maximum(total, 1e-300)
-
-    def below(j: np.ndarray) -> np.ndarray:  # cumulative weight of the values at sorted positions <= j
-        acc = np.zeros(B)
-        for g, p in enumerate(positions):
-            if p.size:
-                acc += Wg[:, g] * np.searchsorted(p, j, side="right")
-        return acc
-
-    def first_reaching(target: np.ndarray) -> np.ndarray:  # smallest j with below(j) >= target
-        lo, hi = np.zeros(B, dtype=np.int64), np.full(B, n - 1, dtype=np.int64)
-        while (lo < hi).any():
-            mid = (lo + hi) // 2
-            reached = below(mid) >= target
-            hi = np.where(reached & (lo < hi), mid, hi)
-            lo = np.where(~reached & (lo < hi), mid + 1, lo)
-        return lo
-
-    i_lo = first_reaching(half - tol)
-    exact = np.abs(below(i_lo) - half) <= tol
-    i_hi = np.where(exact, first_reaching(half + 2 * tol), i_lo)
-    med = 0.5 * (xs[i_lo] + xs[i_hi])
     return np.where(total > 0, med, np.nan)
 
 

@@ -233,3 +233,50 @@ def test_weighted_median_by_columns_is_the_median_of_the_gathered_weights():
     x[3] = np.nan
     unit = rng.integers(0, W.shape[1], size=x.size)
     assert np.array_equal(inf.weighted_median(W, x, columns=unit), inf.weighted_median(W[:, unit], x), equal_nan=True)
+
+
+def _median_summing_everything(W, x, columns):
+    ok = np.isfinite(x)
+    order = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]
+    return inf._median_by_cumsum(W, x[order], np.asarray(columns)[order])
+
+
+@pytest.mark.parametrize("block", [1, 3, 256])
+def test_weighted_median_in_blocks_is_the_median_summed_over_every_value(monkeypatch, block):
+    # The median is read from the two blocks of sorted values where each row reaches half; ties,
+    # exact halves, NaNs, rows without weight and runs of values a row does not weight at all (the
+    # median's neighbour beyond its blocks: summed in full) give what summing every value gives.
+    monkeypatch.setattr(inf, "_BLOCK_VALUES", block)
+    rng = np.random.default_rng(11)
+    for trial in range(400):
+        n = int(rng.integers(1, 300))
+        units = int(rng.integers(1, n + 1))
+        x = rng.normal(size=n)
+        if trial % 3 == 0:
+            x = np.round(x, 1)
+        if trial % 5 == 0:
+            x[rng.random(n) < 0.1] = np.nan
+        columns = rng.integers(0, units, size=n)
+        kind = trial % 4
+        if kind == 0:
+            W = rng.poisson(1.0, size=(12, units)).astype(float)
+        elif kind == 1:
+            W = rng.poisson(0.2, size=(12, units)) * 1.5  # (mostly zero: long unweighted runs)
+        elif kind == 2:
+            W = inf.rao_wu_weights(rng.integers(0, 3, size=units), 12, rng)
+        else:
+            W = rng.random((12, units)) * (rng.random((12, units)) < 0.5)
+        W[0] = 0.0
+        got = inf.weighted_median(W, x, columns=columns)
+        assert np.array_equal(got, _median_summing_everything(W, x, columns), equal_nan=True), trial
+
+
+def test_weighted_median_past_its_blocks_falls_back_to_every_value(monkeypatch):
+    # Exactly half the weight on the lower values, and none on the next block: the value after the
+    # half lies beyond the two blocks read first.
+    monkeypatch.setattr(inf, "_BLOCK_VALUES", 2)
+    x = np.arange(12, dtype=float)
+    W = np.array([[1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 2.0]])
+    assert inf.weighted_median(W, x)[0] == 0.5 * (2.0 + 10.0)
+    counts = np.repeat(x, W[0].astype(int))
+    assert inf.weighted_median(W, x)[0] == np.median(counts)
