@@ -189,7 +189,7 @@ def parts(home: Path) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from qkdb.warehouse import inference, intervals, results
+    from qkdb.warehouse import head_index, inference, intervals, model_index, results
     from qkdb.warehouse.batches import to_batch
     from qkdb.warehouse.schema import FINDING_INTERVALS
     from qkdb.warehouse.catalog import ensure_catalog, open_catalog
@@ -207,6 +207,9 @@ def parts(home: Path) -> None:
             con.close()
     con = open_catalog(home, read_only=True)
     try:
+        # (as refresh_intervals reads them: every head's metrics and model's row from the indexes)
+        head_index.shadow_head_metrics(con, home)
+        model_index.snapshot_models(con, home)
         con.execute("set threads = 1")
         marks, peaks = [time.perf_counter()], [peak_mib()]
         intervals.snapshot_inputs(con)
@@ -217,7 +220,10 @@ def parts(home: Path) -> None:
         peaks.append(peak_mib())
         reps = intervals._Replicates()
         with np.errstate(all="ignore"):
-            rows = [intervals._interval(f, reps) for f in found]
+            rows = [intervals._interval(f, reps) for f in found if f.stat != "median"]
+            marks.append(time.perf_counter())
+            peaks.append(peak_mib())
+            rows += [intervals._interval(f, reps) for f in found if f.stat == "median"]
         marks.append(time.perf_counter())
         peaks.append(peak_mib())
         columns = {c.name: [r[c.name] for r in rows] for c in FINDING_INTERVALS.columns if c.name in intervals._ROW_COLUMNS}
@@ -229,7 +235,9 @@ def parts(home: Path) -> None:
         peaks.append(peak_mib())
     finally:
         con.close()
-    names = ("finding_inputs materialised (1 thread)", "sums per unit (SQL)", f"resampling ({len(rows)} intervals)",
+    n_median = sum(f.stat == "median" for f in found)
+    names = ("finding_inputs materialised (1 thread)", "sums per unit (SQL)",
+             f"resampling ({len(rows) - n_median} intervals, no median)", f"resampling ({n_median} medians)",
              "the findings' rows")
     print(f"{heads_in(home):,} heads:{'':<32}wall    peak RSS so far")
     for name, a, b, rss in zip(names, marks, marks[1:], peaks[1:]):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import uuid
 from importlib import resources
@@ -207,7 +208,7 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     holds the lock, so the last writer writes for the latest state.
     """
     (home / LOCKS).mkdir(parents=True, exist_ok=True)
-    from qkdb.warehouse import intervals, results
+    from qkdb.warehouse import inference, intervals, results
 
     # A catalog to rebuild refreshes the findings itself: before this refresh holds their lock
     # (inside it, the rebuild's refresh waited for the lock its own caller held, a minute).
@@ -225,6 +226,10 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
             # thread: the rows keep one order, so every sum over them is the same to the last bit
             # from refresh to refresh (the same warehouse gives the same bytes).
             con.execute("set threads = 1")
+            # scipy's t quantiles are needed after the SQL; their import (~0.15 s) runs on the other
+            # core meanwhile (DuckDB leaves the GIL while it runs a query).
+            warm = threading.Thread(target=inference.warm_up, daemon=True)
+            warm.start()
             intervals.snapshot_inputs(con)
             table = intervals.compute(con)
             intervals.write(home, table)

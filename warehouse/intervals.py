@@ -67,6 +67,7 @@ MIN_MODELS = 16
 EXACT_UNITS = 1_000
 MAX_WEIGHTS = 4_000_000  # replicate × unit weights held at once (32 MB), whatever the warehouse size
 THESE, POPULATION = "these models", "models like these"
+_SNAPSHOT = "qkdb_snapshot"  # the in-memory database snapshot_inputs keeps finding_inputs' rows in
 
 # The sums read per unit from SQL (corr: centred on the finding's means); `groups`: key-head groups behind them.
 _SUMS = ("nx", "sx", "ny", "sy", "xb", "yb", "nxy", "cx", "cy", "cxx", "cyy", "cxy", "groups", "nvec")
@@ -124,13 +125,13 @@ def _ids_filter(ids: tuple[str, ...] | None) -> str:
 
 # What each (finding, scope) is resampled by, and the means a correlation is centred on.
 _SHAPE_SQL = f"""
-create or replace temp table _qkdb_shape as
+{{create}} as
 select
     id, scope,
     any_value(estimand) = '{POPULATION}' and count(distinct cluster) > 1 as by_model,
     avg(x) filter (where stat = 'corr' and y is not null) as mx,
     avg(y) filter (where stat = 'corr' and x is not null) as my
-from _qkdb_inputs
+from {{where}}._qkdb_inputs
 where x is not null or y is not null
 group by id, scope
 """
@@ -153,8 +154,8 @@ select
     {groups} as groups,
     coalesce(avg(i.n_vec) filter (where i.x is not null), 0) * {groups} as nvec,
     max(i.x) as top
-from _qkdb_inputs i
-join _qkdb_shape s on s.id = i.id and s.scope = i.scope
+from {where}._qkdb_inputs i
+join {where}._qkdb_shape s on s.id = i.id and s.scope = i.scope
 where {which}
 group by i.id, i.scope, i.cluster, {unit}, i.grp, i.arm
 having count(i.x) > 0 or count(i.y) > 0
@@ -165,45 +166,69 @@ order by i.id, i.scope, i.cluster, layer, kv_group, i.grp, i.arm
 def _read(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None) -> list[_Finding]:
     """``finding_inputs`` summed per resampling unit: one :class:`_Finding` per (finding, scope).
 
-    The sums are taken in SQL (one pass over the heads), on one thread so that they add in one
-    order (the same warehouse gives the same bytes); a claim about models like these is read as
-    every model's sums, so what Python holds grows with the models, not the heads. A median reads
-    its heads' values as well.
+    The sums are taken in SQL (one pass over the heads), each query on one thread so that they add
+    in one order (the same warehouse gives the same bytes); a claim about models like these is read
+    as every model's sums, so what Python holds grows with the models, not the heads. A median
+    reads its heads' values as well. Over a snapshot (:func:`snapshot_inputs`) the three queries
+    run at once, each on its own connection to the same database: they are independent, and each
+    still adds in its one order.
     """
     threads = con.execute("select current_setting('threads')").fetchall()[0][0]
     con.execute("set threads = 1")
     snapshot = ids is None and con.execute(
-        "select count(*) from duckdb_tables() where temporary and table_name = 'finding_inputs'").fetchall()[0][0]
+        f"select count(*) from duckdb_tables() where database_name = '{_SNAPSHOT}' and table_name = 'finding_inputs'"
+    ).fetchall()[0][0]
+    where = f"{_SNAPSHOT}.main" if snapshot else "temp.main"
     try:
         if snapshot:  # (snapshot_inputs made it: read it as it is)
-            con.execute("create or replace temp view _qkdb_inputs as select * replace "
-                        "(coalesce(kv_group, unit) as kv_group) from temp.finding_inputs")
+            con.execute(f"create or replace view {where}._qkdb_inputs as select * replace "
+                        f"(coalesce(kv_group, unit) as kv_group) from {where}.finding_inputs")
         else:
             con.execute(
                 "create or replace temp table _qkdb_inputs as select id, scope, stat, estimand, cluster, "
                 "coalesce(kv_group, unit) as kv_group, layer, grp, arm, x, y, x_min, x_max, x_bias, y_bias, n_vec "
                 f"from finding_inputs{_ids_filter(ids)}"
             )
-        con.execute(_SHAPE_SQL)
+        create = f"create or replace table {where}._qkdb_shape" if snapshot else "create or replace temp table _qkdb_shape"
+        con.execute(_SHAPE_SQL.format(create=create, where=where))
         # (a maximum needs no more than every model's)
         whole = "i.stat in ('max', 'exact_max') or (s.by_model and i.stat <> 'median')"
-        per_model = con.sql(_SUMS_SQL.format(
-            unit="i.cluster", layer="0", groups="count(distinct i.kv_group) filter (where i.x is not null or i.y is not null)",
-            which=whole)).fetchnumpy()
-        per_unit = con.sql(_SUMS_SQL.format(unit="i.kv_group", layer="i.layer", groups="1", which=f"not ({whole})")).fetchnumpy()
-        medians = con.sql(
-            "select i.id, i.scope, i.cluster, i.kv_group, i.x, coalesce(i.x_bias, 0) as x_bias from _qkdb_inputs i "
-            "where i.stat = 'median' and i.x is not null order by i.id, i.scope, i.cluster, i.kv_group, i.x"
-        ).fetchnumpy()
-        shape = con.sql("select id, scope, by_model from _qkdb_shape").fetchall()
+        queries = [
+            _SUMS_SQL.format(where=where, unit="i.cluster", layer="0", which=whole,
+                             groups="count(distinct i.kv_group) filter (where i.x is not null or i.y is not null)"),
+            _SUMS_SQL.format(where=where, unit="i.kv_group", layer="i.layer", groups="1", which=f"not ({whole})"),
+            f"select i.id, i.scope, i.cluster, i.kv_group, i.x, coalesce(i.x_bias, 0) as x_bias from {where}._qkdb_inputs i "
+            "where i.stat = 'median' and i.x is not null order by i.id, i.scope, i.cluster, i.kv_group, i.x",
+        ]
+        per_model, per_unit, medians = _fetch_all(con, queries, at_once=bool(snapshot))
+        shape = con.sql(f"select id, scope, by_model from {where}._qkdb_shape").fetchall()
     finally:
-        con.execute("drop view if exists _qkdb_inputs" if snapshot else "drop table if exists _qkdb_inputs")
-        con.execute("drop table if exists _qkdb_shape")
+        con.execute(f"drop view if exists {where}._qkdb_inputs" if snapshot else "drop table if exists _qkdb_inputs")
+        con.execute(f"drop table if exists {where}._qkdb_shape")
         con.execute(f"set threads = {int(threads)}")
     by_model = {(i, s): bool(b) for i, s, b in shape}
     findings = _assemble(per_model, by_model) + _assemble(per_unit, by_model)
     _attach_values(findings, medians)
     return sorted(findings, key=lambda f: (f.scope, f.id))
+
+
+def _fetch_all(con: duckdb.DuckDBPyConnection, queries: list[str], at_once: bool) -> list[dict]:
+    """Every query's rows as numpy columns; ``at_once``: each on its own cursor, concurrently.
+
+    DuckDB leaves the GIL while it runs a query, so the queries use the machine's cores although
+    each runs on one thread (the setting is the database's, shared by its cursors).
+    """
+    if not at_once:
+        return [con.sql(q).fetchnumpy() for q in queries]
+    from concurrent.futures import ThreadPoolExecutor
+
+    cursors = [con.cursor() for _ in queries]
+    try:
+        with ThreadPoolExecutor(len(queries)) as pool:
+            return list(pool.map(lambda cq: cq[0].sql(cq[1]).fetchnumpy(), zip(cursors, queries)))
+    finally:
+        for c in cursors:
+            c.close()
 
 
 def _strings(got: dict, name: str) -> np.ndarray:
@@ -791,14 +816,20 @@ def _interval(f: _Finding, reps: _Replicates) -> dict:
 
 
 def snapshot_inputs(con: duckdb.DuckDBPyConnection) -> None:
-    """Compute ``finding_inputs`` once for this connection: a temporary table of its rows shadows the view.
+    """Compute ``finding_inputs`` once for this connection: a temporary view of its rows shadows the view.
 
     The intervals and the findings view both read every row of it (~30 per head); a publish's
-    refresh computes it once for both. Only for a connection that reads, then closes: the table
-    does not follow later changes (params shadowed afterwards, say).
+    refresh computes it once for both. The rows are kept in an in-memory database attached to
+    ``con``'s (:data:`_SNAPSHOT`), which its cursors see too (:func:`_read` sums them on several).
+    Only for a connection that reads, then closes: the rows do not follow later changes (params
+    shadowed afterwards, say).
     """
     db = con.execute("select current_database()").fetchall()[0][0]
-    con.execute(f'create or replace temp table finding_inputs as select * from "{db}".main.finding_inputs')
+    attached = con.execute(f"select count(*) from duckdb_databases() where database_name = '{_SNAPSHOT}'").fetchall()[0][0]
+    if not attached:
+        con.execute(f"attach ':memory:' as {_SNAPSHOT} (read_write)")  # (a read-only catalog's too)
+    con.execute(f'create or replace table {_SNAPSHOT}.main.finding_inputs as select * from "{db}".main.finding_inputs')
+    con.execute(f"create or replace temp view finding_inputs as select * from {_SNAPSHOT}.main.finding_inputs")
 
 
 def compute(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = None) -> pa.Table:
