@@ -46,8 +46,14 @@ def intervals_current(con: duckdb.DuckDBPyConnection) -> bool:
     return n > 0 and n == matching
 
 
-def _home(con: duckdb.DuckDBPyConnection) -> Path | None:
-    rows = con.execute("select value from qkdb_meta where key = 'home'").fetchall()
+def home_of(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The warehouse ``con``'s catalog belongs to (None: not a catalog, e.g. a test's in-memory tables)."""
+    import duckdb
+
+    try:
+        rows = con.execute("select value from qkdb_meta where key = 'home'").fetchall()
+    except duckdb.CatalogException:
+        return None
     return Path(rows[0][0]) if rows else None
 
 
@@ -57,7 +63,7 @@ def findings_source(con: duckdb.DuckDBPyConnection) -> str:
     Returns SQL usable after ``from`` (a parenthesised subquery or ``findings``); its columns are
     the view's, in the view's order.
     """
-    home = _home(con)
+    home = home_of(con)
     if home is None or not path(home).is_file():
         return "findings"
     import duckdb

@@ -12,12 +12,12 @@ import duckdb
 
 from qkdb.charts.caption import count, span
 from qkdb.charts.figures.collage import build_collage, qk_gap
-from qkdb.charts.data import head_label, rows
+from qkdb.charts.data import head_label, model_table, rows
 from qkdb.charts.style import fmt_num, fmt_pct
 
 _STATS = """
 select layer, head, r_q_a, r_k_a, bias_strength * 1e3 as bias_e3, separation_strength, plane_var_fraction
-from rotation
+from {rotation}
 where model = $model and list_contains($heads, printf('%d.%d', layer, head))
 """
 
@@ -27,7 +27,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     got: list[dict] = []
 
     def stats(con, model, heads):
-        got.extend(rows(con, _STATS, {"model": model, "heads": [f"{l}.{h}" for l, h in heads]}))
+        got.extend(rows(con, _STATS.format(rotation=model_table(con, "rotation", model)), {"model": model, "heads": [f"{l}.{h}" for l, h in heads]}))
         return {
             (r["layer"], r["head"]): [
                 f"r_q on a {fmt_num(r['r_q_a'])} · r_k on a {fmt_num(r['r_k_a'])} · bias ×10³ {fmt_num(r['bias_e3'], 1)}",

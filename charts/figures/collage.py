@@ -18,6 +18,7 @@ from qkdb.charts.data import (
     check_heads,
     head_label,
     model_heads,
+    model_table,
     parse_heads,
     resolve_one_model,
     rows,
@@ -33,7 +34,7 @@ AXIS_EXTENT = 34  # px reserved for y-axis labels, so "−10" and "5" leave the 
 _POINTS = """
 select layer, head, kind, position, example_id, {x} as x, {y} as y,
        case when kind = 'q' then position end as q_position, case when kind = 'k' then position end as k_position
-from points
+from {points}
 where model = $model and list_contains($heads, printf('%d.%d', layer, head))
   and {x} is not null and {y} is not null
 qualify row_number() over (partition by layer, head, kind order by hash(idx)) <= $per_kind
@@ -54,7 +55,7 @@ def collage_heads(con: duckdb.DuckDBPyConnection, model: str, head) -> list[tupl
 
 
 def point_rows(con: duckdb.DuckDBPyConnection, model: str, heads: list[tuple[int, int]], x: str, y: str) -> list[dict]:
-    data = rows(con, _POINTS.format(x=x, y=y), {
+    data = rows(con, _POINTS.format(x=x, y=y, points=model_table(con, "points", model)), {
         "model": model, "heads": [f"{l}.{h}" for l, h in heads], "per_kind": POINTS_PER_KIND,
     })
     have = {(d["layer"], d["head"]) for d in data}

@@ -23,6 +23,7 @@ from qkdb.charts.data import (
     check_heads,
     head_label,
     model_heads,
+    model_table,
     parse_heads,
     resolve_one_model,
     rows,
@@ -39,15 +40,15 @@ COLUMNS = 6
 POINTS_PER_KIND_HERE = min(POINTS_PER_KIND, 300)  # 30 panels: fewer points keep the render quick
 
 _HAS_SCORES = """
-select distinct layer, head from points where model = $model and c0 is not null order by layer, head
+select distinct layer, head from {points} where model = $model and c0 is not null order by layer, head
 """
 
 _STRENGTH = """
 select c.layer, c.head, max(c.omega_r_squared * c.ring) as strength,
        arg_max(c.pair, c.omega_r_squared * c.ring) as pair
-from complement c
+from {complement} c
 where c.model = $model and (c.layer, c.head) in (
-    select (layer, head) from points where model = $model and c0 is not null
+    select (layer, head) from {points} where model = $model and c0 is not null
 )
 group by c.layer, c.head
 """
@@ -55,7 +56,7 @@ group by c.layer, c.head
 _PAIRS = """
 select pair, var_frac, angle_r, ring, omega, omega_r_squared, qk_accuracy, statistic, p_adjusted, active,
        (select plane_alpha from params) as alpha
-from complement
+from {complement}
 where model = $model and layer = $layer and head = $head
 order by pair
 """
@@ -63,7 +64,8 @@ order by pair
 
 def _pick_head(con: duckdb.DuckDBPyConnection, model: str, head) -> tuple[tuple[int, int], list | None]:
     """The head to draw: the one asked for, else the stored head with the strongest ring (and the ranking that chose it)."""
-    with_scores = [(r["layer"], r["head"]) for r in rows(con, _HAS_SCORES, {"model": model})]
+    has_scores = _HAS_SCORES.format(points=model_table(con, "points", model))
+    with_scores = [(r["layer"], r["head"]) for r in rows(con, has_scores, {"model": model})]
     heads = parse_heads(head)
     ingest_hint = (
         f"re-ingest {model!r} with `qkdb ingest ... --collage-heads l{{LL}}h{{HH}} --force` "
@@ -97,7 +99,8 @@ def _strongest_ring(con: duckdb.DuckDBPyConnection, model: str, with_scores: lis
     seeds' random.Random(42) sample often lands on a head of blobs while another stored head shows
     clear rings; ties (and heads without ω) keep the seeds' order.
     """
-    best = {(r["layer"], r["head"]): r for r in rows(con, _STRENGTH, {"model": model})}
+    strength = _STRENGTH.format(points=model_table(con, "points", model), complement=model_table(con, "complement", model))
+    best = {(r["layer"], r["head"]): r for r in rows(con, strength, {"model": model})}
     order = [h for h in seed_sample(model_heads(con, model)) if h in with_scores]
     order += [h for h in with_scores if h not in order]
     ranked = sorted(order, key=lambda h: -(best.get(h, {}).get("strength") or -1.0))
@@ -108,7 +111,8 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     """A grid of the head's complement SVD pairs (s_2i, s_2i+1), Q blues / K reds by position."""
     model = resolve_one_model(con, models, "complement-collage")
     (layer, hd), ranking = _pick_head(con, model, head)
-    pairs = rows(con, _PAIRS, {"model": model, "layer": layer, "head": hd})
+    pairs = rows(con, _PAIRS.format(complement=model_table(con, "complement", model)),
+                 {"model": model, "layer": layer, "head": hd})
     if not pairs:
         raise ChartError(
             f"head {layer}.{hd} of model {model!r} has no complement pairs (ingested with --no-complement?); "
@@ -119,7 +123,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     data = rows(con, f"""
         select kind, case when kind = 'q' then position end as q_position,
                case when kind = 'k' then position end as k_position, {cols}
-        from points
+        from {model_table(con, "points", model)}
         where model = $model and layer = $layer and head = $head and c0 is not null
         qualify row_number() over (partition by kind order by hash(idx)) <= $per_kind
         order by kind desc, idx

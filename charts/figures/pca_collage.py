@@ -12,12 +12,12 @@ import duckdb
 
 from qkdb.charts.caption import count, span
 from qkdb.charts.figures.collage import build_collage, qk_gap
-from qkdb.charts.data import head_label, rows
+from qkdb.charts.data import head_label, model_table, rows
 from qkdb.charts.style import fmt_num, fmt_pct
 
 _STATS = """
 select layer, head, pc, explained_variance, r_q, r_k
-from pca
+from {pca}
 where model = $model and pc < 2 and list_contains($heads, printf('%d.%d', layer, head))
 order by layer, head, pc
 """
@@ -28,7 +28,7 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
     got: list[dict] = []
 
     def stats(con, model, heads):
-        got.extend(rows(con, _STATS, {"model": model, "heads": [f"{l}.{h}" for l, h in heads]}))
+        got.extend(rows(con, _STATS.format(pca=model_table(con, "pca", model)), {"model": model, "heads": [f"{l}.{h}" for l, h in heads]}))
         out: dict[tuple[int, int], list[str]] = {}
         for r in got:
             out.setdefault((r["layer"], r["head"]), []).append(
