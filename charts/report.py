@@ -350,20 +350,20 @@ def _label(job) -> str:
 
 
 def _make_all(con, jobs: list, progress, helper: Helper | None) -> list[Made]:
-    """Every job's outcome, in job order: this process's share, then the helper's (or, failing it, built here)."""
-    theirs = helper.share(jobs) if helper is not None else set()
+    """Every job's outcome, in job order: what this process took, then the helper's (or, failing it, built here)."""
+    labels = [_label(j) for j in jobs]
     made: list[Made | None] = [None] * len(jobs)
 
     def here(i: int) -> None:
         made[i] = make_figure(con, jobs[i][0], jobs[i][1])
         if progress:
-            progress(_label(jobs[i]), made[i].spec is not None)
+            progress(labels[i], made[i].spec is not None)
 
     with explorer_shared(), single_threaded(con):
-        for i in range(len(jobs)):
-            if i not in theirs:
-                here(i)
-        got = helper.results([_label(j) for j in jobs]) if theirs else {}
+        for i in helper.take(labels) if helper is not None else range(len(jobs)):
+            here(i)
+        got = helper.results(labels) if helper is not None else {}
+        theirs = helper.theirs(labels) if helper is not None else set()
         for i in sorted(theirs):
             if i in got:
                 made[i] = got[i]

@@ -6,7 +6,10 @@ started afresh would spend its first ~0.4 s importing DuckDB and Altair. A proce
 the CLI has them already. It opens the warehouse on its own (read-only, as the CLI does; DuckDB
 lets several processes read one file), prepares it the same way, builds the figures given to it
 and sends their specs back as one pickle through a pipe; the parent builds the rest meanwhile and
-puts all of them on the page in page order. The page is byte for byte the one a single process
+puts all of them on the page in page order. The two take the figures one at a time, heaviest first,
+from a queue they share (:class:`_Queue`): whichever is free takes the next, so the split stays
+even whatever the warehouse's size makes each figure cost, and whatever else the parent does first
+(the findings, the scorecard). The page is byte for byte the one a single process
 writes (tests/charts/test_report_split.py).
 
 The fork is made only where it is safe and pays: on Linux, with two or more usable cores, and
@@ -28,25 +31,20 @@ from collections.abc import Callable, Sequence
 import duckdb
 
 # Relative build cost of each figure (seconds ×10, the mean of its time on 27,900 and on 140,100
-# heads of benchmarks/latency.py's warehouses, with charts.altair_copy); the rest cost ~0.4. Only
-# the split's balance depends on them.
+# heads of benchmarks/latency.py's warehouses); the rest cost ~0.3. Only the order in which the
+# figures are taken depends on them: heaviest first, so that the last ones taken are small.
 COST = {
-    "rq-vs-rk": 5.0, "complement-collage": 3.7, "pca-collage": 3.3, "explained-variance": 3.0,
-    "pc-roles": 2.3, "bias-vs-separation": 2.2, "ab-plane-collage": 2.2, "drift-bars": 1.5,
-    "series-explained-variance": 1.4, "depth-heatmaps": 1.3, "slope-ratio": 1.1,
-    "variance-decomposition": 0.9, "depth-heatmap-rk": 0.8, "depth-heatmap-rq": 0.7,
-    "series-phase-portraits": 0.6,
+    "rq-vs-rk": 4.9, "complement-collage": 2.3, "explained-variance": 2.3, "bias-vs-separation": 2.1,
+    "pca-collage": 1.9, "pc-roles": 1.9, "ab-plane-collage": 1.6, "drift-bars": 1.4, "slope-ratio": 1.1,
+    "series-explained-variance": 1.1, "depth-heatmaps": 1.1, "variance-decomposition": 0.9,
+    "depth-heatmap-rk": 0.75, "depth-heatmap-rq": 0.65, "series-phase-portraits": 0.4,
 }
-# Figures built in the same process as the first of their group: the head explorer's points are
-# read once per process (charts.explorer.shared), and the first query of the ``points`` table in a
-# process reads every model's file footers (0.15 s on 467 models). Costs are each figure's own,
-# given the group's first.
-TOGETHER = {name: "rq-vs-rk" for name in ("bias-vs-separation", "pca-collage", "ab-plane-collage", "complement-collage")}
-# The parent's own work besides its share, in the same units: the scorecard's inputs before the
-# figures (0.09 s at 27,900 heads, 0.35 s at 140,100) and the page after them, less what the helper
-# spends pickling its share.
-PARENT_EXTRA = 2.0
-# What the parent does besides its share: the findings, the lead, the page, unpickling the share.
+# Figures taken together with the first of their group, by one process: the head explorer's points
+# are read once per process (charts.explorer.shared).
+TOGETHER = {name: "rq-vs-rk" for name in ("bias-vs-separation",)}
+# Figures the shared queue can hand out (more are built by the parent).
+MAX_UNITS = 4096
+PARENT, HELPER = 1, 2
 
 
 def available() -> bool:
@@ -60,28 +58,54 @@ def available() -> bool:
         return False
 
 
-def share(labels: Sequence[str]) -> set[int]:
-    """The job indices the helper builds: greedy by cost, heaviest first, to whichever side has less
-    (a figure of :data:`TOGETHER` to its partner's side).
+def units(labels: Sequence[str]) -> list[list[int]]:
+    """The job indices in the order they are taken: heaviest first, a figure of :data:`TOGETHER` with its partner.
 
-    The parent starts with :data:`PARENT_EXTRA`, its work besides the figures.
+    Each unit is built by one process. Deterministic: both processes compute it from their labels.
     """
-    loads = {"parent": PARENT_EXTRA, "helper": 0.0}
-    theirs: set[int] = set()
-    side: dict[str, str] = {}
-    for i in sorted(range(len(labels)), key=lambda i: (-_cost(labels[i]), i)):
-        name = labels[i].split(" (")[0]
-        partner = TOGETHER.get(name, name)
-        who = side.get(partner) or min(loads, key=lambda k: (loads[k], k == "parent"))
-        side.setdefault(name, who)
-        loads[who] += _cost(labels[i])
-        if who == "helper":
-            theirs.add(i)
-    return theirs
+    by_key: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_key.setdefault(TOGETHER.get(label.split(" (")[0], label), []).append(i)
+    groups = list(by_key.values())
+    return sorted(groups, key=lambda g: (-sum(_cost(labels[i]) for i in g), g[0]))
 
 
 def _cost(label: str) -> float:
-    return COST.get(label.split(" (")[0], 0.4)
+    return COST.get(label.split(" (")[0], 0.3)
+
+
+class _Queue:
+    """The units still to build, shared by the parent and its forked helper: a counter under a lock,
+    and which process took each unit."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        # (anonymous shared memory and a semaphore: both survive os.fork; no thread is started)
+        self._lock = mp.Lock()
+        self._next = mp.RawValue("i", 0)
+        self._owner = mp.RawArray("b", MAX_UNITS)
+
+    def take(self, n_units: int, me: int) -> int | None:
+        """The next unit's position for ``me``, or None when none is left (the helper: none it can record)."""
+        with self._lock:
+            pos = self._next.value
+            if pos >= n_units or (me == HELPER and pos >= MAX_UNITS):
+                return None
+            self._next.value = pos + 1
+            if pos < MAX_UNITS:
+                self._owner[pos] = me
+            return pos
+
+    def taken_by(self, n_units: int, who: int) -> list[int]:
+        return [p for p in range(min(n_units, MAX_UNITS)) if self._owner[p] == who]
+
+
+def _taken(queue: _Queue, labels: Sequence[str], me: int):
+    """The job indices ``me`` takes from the queue, unit by unit, until none is left."""
+    order = units(labels)
+    while (pos := queue.take(len(order), me)) is not None:
+        yield from order[pos]
 
 
 class Helper:
@@ -92,8 +116,8 @@ class Helper:
     collects it (:meth:`results`); :meth:`close` reaps it (always call it, in a ``finally``).
     """
 
-    def __init__(self, pid: int, fd: int):
-        self.pid, self.fd = pid, fd
+    def __init__(self, pid: int, fd: int, queue: _Queue):
+        self.pid, self.fd, self.queue = pid, fd, queue
         self.failure: str | None = None  # why its share was not used, once :meth:`results` said {}
 
     @classmethod
@@ -104,18 +128,23 @@ class Helper:
             return None
         for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
             stream.flush()
+        queue = _Queue()
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child (its effect is tested)
             os.close(r)
-            _child(w, open_con, models, series)
+            _child(w, queue, open_con, models, series)
         os.close(w)
-        return cls(pid, r)
+        return cls(pid, r, queue)
 
-    def share(self, jobs: Sequence) -> set[int]:
-        from qkdb.charts.report import _label
+    def take(self, labels: Sequence[str]):
+        """The job indices this process (the parent) builds: taken from the shared queue one unit at a time."""
+        return _taken(self.queue, labels, PARENT)
 
-        return share([_label(j) for j in jobs])
+    def theirs(self, labels: Sequence[str]) -> set[int]:
+        """The job indices the helper took (after :meth:`results`: it takes no more)."""
+        order = units(labels)
+        return {i for pos in self.queue.taken_by(len(order), HELPER) for i in order[pos]}
 
     def results(self, labels: Sequence[str]) -> dict:
         """Index → :class:`~qkdb.charts.report.Made` of the helper's share; {} if it failed or saw other jobs."""
@@ -159,7 +188,7 @@ class Helper:
             self.pid = 0
 
 
-def _child(fd: int, open_con, models, series) -> None:  # pragma: no cover - runs in the child
+def _child(fd: int, queue: _Queue, open_con, models, series) -> None:  # pragma: no cover - runs in the child
     code = 1
     try:
         from qkdb.charts.data import one_read_of_models, single_threaded
@@ -171,7 +200,7 @@ def _child(fd: int, open_con, models, series) -> None:  # pragma: no cover - run
             jobs = _jobs(con, models, series)
         labels = [_label(j) for j in jobs]
         with shared(), single_threaded(con), one_read_of_models():
-            made = {i: make_figure(con, jobs[i][0], jobs[i][1]) for i in sorted(share(labels))}
+            made = {i: make_figure(con, jobs[i][0], jobs[i][1]) for i in _taken(queue, labels, HELPER)}
         con.close()
         payload = pickle.dumps(("made", labels, made), protocol=pickle.HIGHEST_PROTOCOL)
         code = 0

@@ -59,34 +59,57 @@ def undated(html: str) -> str:
     return re.sub(r"Generated [0-9: -]+UTC", "Generated", html)
 
 
-def test_share_is_disjoint_deterministic_and_balanced():
+def test_units_are_every_job_once_heaviest_first():
     labels = ["pc-roles", "rq-vs-rk", "bias-vs-separation", "complement-collage (m1)", "pca-collage (m1)",
               "drift-bars", "series-taxonomy (s)", "series-trajectory (s)", "depth-heatmaps", "explained-variance",
               "series-explained-variance (s)", "slope-ratio", "variance-decomposition"]
-    theirs = report_split.share(labels)
-    assert theirs == report_split.share(labels)
-    assert theirs and theirs != set(range(len(labels)))
-    cost = [report_split._cost(x) for x in labels]
-    helper = sum(cost[i] for i in theirs)
-    parent = report_split.PARENT_EXTRA + sum(cost[i] for i in range(len(labels)) if i not in theirs)
-    assert abs(helper - parent) <= max(cost)  # greedy, heaviest first
-    # The figures that read the points table (the head explorer's two among them) are built in one
-    # process, which reads the points' footers and the explorer's points once.
-    assert len({i in theirs for i in (1, 2, 3, 4)}) == 1
-    assert report_split.share([]) == set()
+    order = report_split.units(labels)
+    assert order == report_split.units(labels)
+    assert sorted(i for u in order for i in u) == list(range(len(labels)))
+    costs = [sum(report_split._cost(labels[i]) for i in u) for u in order]
+    assert costs == sorted(costs, reverse=True)
+    # The head explorer's two figures are taken together (one process reads the explorer's points once).
+    assert [1, 2] in order
+    assert report_split.units([]) == []
+
+
+def test_the_queue_hands_each_unit_to_one_process_and_records_whose_it_is():
+    queue = report_split._Queue()
+    labels = [f"figure-{i}" for i in range(7)]
+    mine = []
+    for i in report_split._taken(queue, labels, report_split.PARENT):
+        mine.append(i)
+        if len(mine) == 3:
+            break
+    theirs = list(report_split._taken(queue, labels, report_split.HELPER))
+    assert sorted(mine + theirs) == list(range(7)) and not set(mine) & set(theirs)
+    order = report_split.units(labels)
+    assert {i for p in queue.taken_by(len(order), report_split.HELPER) for i in order[p]} == set(theirs)
+    assert list(report_split._taken(queue, labels, report_split.PARENT)) == []  # none left
 
 
 @needs_two_cores
 def test_helper_builds_its_share_as_the_parent_would(chart_home):
     out = run("""
+        import time
         helper = report_split.Helper.start(prepared)
         assert helper is not None, "no helper forked"
+        deadline = time.monotonic() + 60
         con = prepared()
         jobs = _jobs(con, None, None)
         labels = [_label(j) for j in jobs]
-        theirs = helper.share(jobs)
+        mine = []
+        for i in helper.take(labels):
+            make_figure(con, jobs[i][0], jobs[i][1])
+            mine.append(i)
+            # (the first unit built, this process waits for the helper to take one: its share is then
+            # not empty however fast this process is)
+            while len(mine) == 1 and not helper.theirs(labels) and time.monotonic() < deadline:
+                time.sleep(0.01)
         got = helper.results(labels)
+        theirs = helper.theirs(labels)
         assert theirs and set(got) == theirs, (theirs, set(got))
+        assert sorted(mine + sorted(theirs)) == list(range(len(jobs)))
         for i in theirs:
             assert got[i] == make_figure(con, jobs[i][0], jobs[i][1]), labels[i]
         assert helper.pid == 0  # reaped
