@@ -365,26 +365,29 @@ def parse_heads(head) -> list[tuple[int, int]] | None:
     return [parse_head(h) for h in head]
 
 
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # (the warehouse's model names)
+
+
 def model_table(con: duckdb.DuckDBPyConnection, table: str, model: str) -> str:
     """What a query of one model's rows of ``table`` reads: that model's file alone, when it can.
 
     The catalog's view binds every model's file (~0.1 s a query at 467 models), for the rows of
-    one. On a connection to a warehouse whose view of ``table`` is not shadowed (by
-    ``restrict_models``, or a test's table) the model's own file gives the same rows; otherwise
-    the view. Returns SQL usable after ``from``.
+    one. The catalog keeps the SQL of one model's rows of each table (``qkdb_meta``,
+    ``model_source.<table>``: the view's columns, from that model's file); on a connection whose
+    view of ``table`` is not shadowed (by ``restrict_models``, an index, a test's table) it gives the
+    same rows. Otherwise, or from a catalog without it, the view. Returns SQL usable after ``from``.
     """
-    from qkdb.warehouse.catalog import table_view_sql
-    from qkdb.warehouse.results import home_of
-    from qkdb.warehouse.schema import TABLES
-
     shadowed = con.execute(
         "select count(*) from (select view_name as n from duckdb_views() where temporary "
         "union all select table_name from duckdb_tables() where temporary) where n = ?", [table]
     ).fetchall()[0][0]
-    home = None if shadowed or table not in TABLES else home_of(con)
-    if home is None:
+    if shadowed or not _MODEL_NAME.fullmatch(model or ""):
         return table
-    return f"({table_view_sql(home, TABLES[table], model)})"
+    try:
+        got = con.execute("select value from qkdb_meta where key = ?", [f"model_source.{table}"]).fetchall()
+    except duckdb.CatalogException:  # (not a catalog: a test's tables)
+        return table
+    return f"({got[0][0].replace('{model}', model)})" if got else table
 
 
 def model_heads(con: duckdb.DuckDBPyConnection, model: str) -> list[tuple[int, int]]:

@@ -89,18 +89,28 @@ def _view_sql(table: Table, source: str, home: Path) -> str:
     return f"select {cols} from (select * from {source} union all by name {_typed_nulls(table)}) where {location_guard(home)}"
 
 
+# In the catalog's qkdb_meta, under ``model_source.<table>``: the SQL of one model's rows of a
+# table partitioned by model, with this placeholder for the model's name (the charts read it with
+# SQL alone, as they read everything of the warehouse).
+MODEL_PLACEHOLDER = "{model}"
+
+
 def table_view_sql(home: Path, table: Table, model: str | None = None) -> str:
     """The view of a table partitioned by model: every model's file, or with ``model`` that model's only.
 
     One model's view reads one file where the full view binds every model's (DuckDB reads each
     file's footer to bind ``union_by_name``: ~0.1 s a query at 467 models); its rows are the full
-    view's rows of that model. ``model`` must be a valid model name (:func:`store.check_model_name`).
+    view's rows of that model. ``model`` must be a valid model name (:func:`store.check_model_name`),
+    or :data:`MODEL_PLACEHOLDER` for the template the catalog keeps.
     """
     # The zero-row schema file keeps the view typed when no model is ingested yet, and
     # union_by_name fills columns that older partitions lack with NULL.
     from qkdb.warehouse.store import check_model_name
 
-    part = "*" if model is None else f"model={check_model_name(model)}"
+    if model is None:
+        part = "*"
+    else:
+        part = f"model={model if model == MODEL_PLACEHOLDER else check_model_name(model)}"
     globs = [str(home / SCHEMA_DIR / table.name / "*" / "*.parquet"), str(home / table.name / part / "*.parquet")]
     source = (
         f"read_parquet([{', '.join(_sql_str(g) for g in globs)}], "
@@ -194,9 +204,12 @@ def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
             con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
     create_views(con)
     con.execute("create or replace table qkdb_meta (key varchar, value varchar)")
+    from qkdb.warehouse.schema import TABLES
+
     con.executemany(
         "insert into qkdb_meta values (?, ?)",
-        [("format", str(CATALOG_FORMAT)), ("fingerprint", fp), ("home", str(home))],
+        [("format", str(CATALOG_FORMAT)), ("fingerprint", fp), ("home", str(home))]
+        + [(f"model_source.{t.name}", table_view_sql(home, t, MODEL_PLACEHOLDER)) for t in TABLES.values()],
     )
     con.execute("commit")
 

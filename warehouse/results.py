@@ -46,7 +46,7 @@ def intervals_current(con: duckdb.DuckDBPyConnection) -> bool:
     return n > 0 and n == matching
 
 
-def home_of(con: duckdb.DuckDBPyConnection) -> Path | None:
+def _home(con: duckdb.DuckDBPyConnection) -> Path | None:
     """The warehouse ``con``'s catalog belongs to (None: not a catalog, e.g. a test's in-memory tables)."""
     import duckdb
 
@@ -63,7 +63,7 @@ def findings_source(con: duckdb.DuckDBPyConnection) -> str:
     Returns SQL usable after ``from`` (a parenthesised subquery or ``findings``); its columns are
     the view's, in the view's order.
     """
-    home = home_of(con)
+    home = _home(con)
     if home is None or not path(home).is_file():
         return "findings"
     import duckdb
