@@ -12,7 +12,7 @@ Rooms::
     intervals.py  the finding_intervals table computed from finding_inputs
     results.py    the findings' rows stored at publish, and whether a connection may use them
     model_index.py  every model's ``models`` row in one file, for the commands that read them all
-    head_index.py   every head's ``head_metrics`` row in one file, for the queries that read them all
+    head_index.py   every head's ``head_metrics`` (and ``pca``) rows in one file, for the queries that read them all
 
 This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded
 on first use.
@@ -34,6 +34,7 @@ __getattr__, __dir__ = facade(__name__, {
     "snapshot_models": "qkdb.warehouse.model_index",
     "model_rows": "qkdb.warehouse.model_index",
     "shadow_head_metrics": "qkdb.warehouse.head_index",
+    "shadow_pca": "qkdb.warehouse.head_index",
     "reads_head_metrics": "qkdb.warehouse.head_index",
     "TABLES": "qkdb.warehouse.schema",
     "DERIVED": "qkdb.warehouse.schema",

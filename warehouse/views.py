@@ -257,7 +257,8 @@ def snapshot(con: duckdb.DuckDBPyConnection, names: Sequence[str] = SNAPSHOT_VIE
     was now, which is what one report should show anyway; the effect ends with the connection.
     Call it after :func:`restrict_models`, whose filtered tables it then snapshots. With ``home``
     (the warehouse ``con`` reads), the models and head_metrics come from its indexes
-    (:mod:`~qkdb.warehouse.model_index`, :mod:`~qkdb.warehouse.head_index`).
+    (:mod:`~qkdb.warehouse.model_index`, :mod:`~qkdb.warehouse.head_index`), and ``pca`` is read
+    from its index.
     """
     from qkdb.warehouse import head_index
     from qkdb.warehouse.model_index import snapshot_models
@@ -293,6 +294,10 @@ def snapshot(con: duckdb.DuckDBPyConnection, names: Sequence[str] = SNAPSHOT_VIE
             con.execute(f"create or replace temp table {_ident(name)} as select * from {_ident(db)}.main.{_ident(name)}")
         for name in derived:
             con.execute(f"create or replace temp view {_ident(name)} as\n{bodies[name]}")
+        # The components' figures aggregate every head's rows of `pca`: from its index, one file
+        # (after head_metrics, whose index stands aside once a table it reads is shadowed).
+        if home is not None:
+            head_index.shadow_pca(con, home)
     finally:
         con.execute(f"set threads = {int(threads)}")
 

@@ -59,9 +59,11 @@ def chart(
     try:
         from qkdb import warehouse
 
-        # Every head's metrics and model's row from the indexes (one file each, not files a model).
+        # Every head's metrics and components, and every model's row, from the indexes (one file
+        # each, not files a model).
         warehouse.shadow_head_metrics(con, home_dir(home))
         warehouse.snapshot_models(con, home_dir(home))
+        warehouse.shadow_pca(con, home_dir(home))
         figure = build_chart(name, con, models=models, series=series, head=heads)
     finally:
         con.close()

@@ -142,3 +142,62 @@ def test_only_a_query_naming_a_finding_view_uses_the_index(dataset, home):
         assert not head_index.reads_head_metrics(con, "select * from heads join pca using (model, layer, head)")
     finally:
         con.close()
+
+
+def _pca_view_and_index(home) -> tuple[list[tuple], list[tuple], bool]:
+    con = qkdb.connect(home, read_only=True)
+    try:
+        view = con.execute("select * from pca order by model, layer, head, pc").fetchall()
+        shadowed = head_index.shadow_pca(con, home)
+        assert [d[0] for d in con.execute("select * from pca limit 0").description] == \
+            [d[0] for d in con.execute("select * from qk.main.pca limit 0").description]
+        return view, con.execute("select * from pca order by model, layer, head, pc").fetchall(), shadowed
+    finally:
+        con.close()
+
+
+def test_the_pca_index_holds_the_tables_rows_through_publish_reingest_and_removal(tmp_path, home):
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, workers=1, **FACTS)
+    view, index, shadowed = _pca_view_and_index(home)
+    assert shadowed and index == view and len(view) > 0
+    stamps = lambda: {r["model"]: r[head_index.VERSION] for r in pq.read_table(  # noqa: E731
+        head_index.path(home, head_index.PCA), columns=["model", head_index.VERSION]).to_pylist()}
+    first = stamps()
+    assert set(first) == {"toy-a", "toy-b"}
+    qkdb.ingest(make_dataset(tmp_path / "ds2", seed=7), "toy-b", workers=1, **FACTS)
+    view, index, shadowed = _pca_view_and_index(home)
+    assert shadowed and index == view
+    second = stamps()
+    assert second["toy-a"] == first["toy-a"] and second["toy-b"] != first["toy-b"]
+    api.remove("toy-a", home=home)
+    view, index, shadowed = _pca_view_and_index(home)
+    assert shadowed and index == view and set(stamps()) == {"toy-b"}
+
+
+def test_the_reports_snapshot_reads_pca_from_its_index_and_a_restricted_one_its_own(tmp_path, home):
+    from qkdb import warehouse
+
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, workers=1, **FACTS)
+    plain = qkdb.connect(home, read_only=True)
+    try:
+        plain.execute("set threads = 1")  # (as the snapshot's queries: sums in one order)
+        expected = plain.execute("select * from explained_variance").fetchall()
+    finally:
+        plain.close()
+    con = qkdb.connect(home, read_only=True)
+    try:
+        warehouse.snapshot(con, home=home)
+        view_sql = con.execute("select sql from duckdb_views() where temporary and view_name = 'pca'").fetchall()
+        assert view_sql and head_index.PCA.data in view_sql[0][0]
+        assert con.execute("select * from explained_variance").fetchall() == expected
+    finally:
+        con.close()
+    con = qkdb.connect(home, read_only=True)
+    try:
+        warehouse.restrict_models(con, ["toy-b"])
+        warehouse.snapshot(con, home=home)
+        assert con.execute("select distinct model from pca").fetchall() == [("toy-b",)]
+    finally:
+        con.close()
