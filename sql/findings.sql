@@ -1,9 +1,9 @@
 -- One row per headline finding of seeds 002 and 003: the seed's claim, the value measured on the ingested models with its 95% interval, and whether the claim holds here.
 -- Seed: every numbered finding of seed 003 (combined Q/K PCA) and seed 002 (planar rotation), the numbers in their tables, and the numbers their figure tables quote.
--- Depends: params, finding_inputs, finding_state, finding_intervals
+-- Depends: params, finding_values, finding_state, finding_intervals
 -- How it is built: `claims` lists every finding once (what the seed says and how to test it);
--- the measured values are computed here from `finding_inputs` (the heads each finding rests on)
--- with the finding's statistic; their 95% intervals come from `finding_intervals`, which qkdb
+-- the measured values are computed from `finding_inputs` (the heads each finding rests on) with
+-- the finding's statistic, in `finding_values`; their 95% intervals come from `finding_intervals`, which qkdb
 -- computes from the same rows whenever models are published (a bootstrap needs Python; see
 -- docs/findings.md for each finding's method). An interval is used only when it was computed for
 -- this very state of the warehouse (finding_state) and this very value; otherwise ci_method says
@@ -48,7 +48,6 @@
 -- Column n_models: Models behind the measured value.
 -- Column n_heads: Heads behind the measured value (for a change: at the later checkpoint).
 with
-fi as materialized (select * from finding_inputs),
 fiv as materialized (select * from finding_intervals),
 state as materialized (select * from finding_state),
 p as materialized (select * from params),
@@ -138,115 +137,8 @@ claims as (
         coalesce(vfmt, fmt) as vfmt
     from claims_raw
 ),
--- Each pair's means, for a correlation computed in two passes from compensated sums: DuckDB's
--- corr() merges its threads' partial sums in whatever order they finish, so its last bits vary.
-pair_means as (
-    select fi.id, fi.scope, favg(fi.x) as mx, favg(fi.y) as my
-    from fi
-    where fi.x is not null and fi.y is not null
-    group by fi.id, fi.scope
-),
-centred as (
-    select fi.*, fi.x - pm.mx as dx, fi.y - pm.my as dy
-    from fi
-    left join pair_means pm on pm.id = fi.id and pm.scope = fi.scope
-),
--- The measured value of every (finding, scope), from its rows, as its statistic says.
-agg as (
-    select
-        fi.id,
-        fi.scope,
-        any_value(fi.stat) as stat,
-        -- About models like these only where more than one model has data (else: this model).
-        case
-            when any_value(fi.estimand) = 'models like these'
-                and count(distinct fi.cluster) filter (where fi.x is not null or fi.y is not null) > 1
-            then 'models like these'
-            else 'these models'
-        end as estimand,
-        count(distinct fi.model) as n_models,
-        count(fi.x) as n_x,
-        count(fi.x) filter (where fi.arm = 1) as n_x1,
-        count(*) filter (where fi.x is not null and fi.y is not null) as n_xy,
-        -- fsum/favg (compensated sums): a mean over heads must not depend on how DuckDB's threads
-        -- split the rows, or the same warehouse would show other last bits from run to run.
-        fsum(fi.x) as sum_x,
-        favg(fi.x) as mean_x,
-        favg(fi.y) as mean_y,
-        median(fi.x) as median_x,
-        max(fi.x) as max_x,
-        -- Pearson's r, NULL (not NaN) when a side has no variance (SPEC §4).
-        case
-            when count(*) filter (where fi.x is not null and fi.y is not null) > 1
-                and fsum(fi.dx * fi.dx) filter (where fi.y is not null) > 0
-                and fsum(fi.dy * fi.dy) filter (where fi.x is not null) > 0
-            then fsum(fi.dx * fi.dy) / sqrt(fsum(fi.dx * fi.dx) filter (where fi.y is not null)
-                                            * fsum(fi.dy * fi.dy) filter (where fi.x is not null))
-        end as r,
-        favg(fi.x) filter (where fi.arm = 0) as mean_0,
-        favg(fi.x) filter (where fi.arm = 1) as mean_1
-    from centred as fi
-    group by fi.id, fi.scope
-),
-model_means as (
-    select fi.id, fi.scope, fi.model, favg(fi.x) as mean_x
-    from fi
-    where fi.stat in ('model_range_mean', 'model_range_share')
-    group by fi.id, fi.scope, fi.model
-),
-ranges as (
-    select id, scope, min(mean_x) as value_lo, max(mean_x) as value_hi
-    from model_means
-    group by id, scope
-),
-group_means as (
-    select fi.id, fi.scope, fi.grp, fi.arm, favg(fi.x) as mean_x
-    from fi
-    where fi.stat = 'lead'
-    group by fi.id, fi.scope, fi.grp, fi.arm
-),
-leads as (
-    select id, scope, max(mean_x) filter (where arm = 1) - max(mean_x) filter (where arm = 0) as value
-    from group_means
-    group by id, scope
-),
-est as (
-    select
-        a.id,
-        a.scope,
-        a.stat,
-        a.estimand,
-        case a.stat
-            when 'mean' then a.mean_x
-            when 'share' then a.mean_x
-            when 'median' then a.median_x
-            when 'ratio_of_means' then a.mean_x / nullif(a.mean_y, 0)
-            when 'diff_of_means' then a.mean_x - a.mean_y
-            when 'corr' then a.r
-            when 'max' then a.max_x
-            when 'exact_max' then a.max_x
-            when 'model_range_mean' then a.mean_x
-            when 'model_range_share' then a.mean_x
-            when 'lead' then l.value
-            when 'arm_diff' then a.mean_1 - a.mean_0
-            when 'arm_ratio' then a.mean_1 / nullif(a.mean_0, 0)
-            when 'arm_pct' then 100 * (a.mean_1 - a.mean_0) / nullif(abs(a.mean_0), 0)
-        end::double as value,
-        rg.value_lo,
-        rg.value_hi,
-        case when a.stat like 'arm%' then a.mean_0 end as v_from,
-        case when a.stat like 'arm%' then a.mean_1 end as v_to,
-        a.sum_x,
-        a.n_models,
-        case
-            when a.stat = 'corr' then a.n_xy
-            when a.stat like 'arm%' then a.n_x1
-            else a.n_x
-        end as n_heads
-    from agg a
-    left join ranges rg on rg.id = a.id and rg.scope = a.scope
-    left join leads l on l.id = a.id and l.scope = a.scope
-),
+-- The measured value of every (finding, scope): sql/finding_values.sql.
+est as (select * from finding_values),
 -- The interval of each value, when it was computed for this state of the warehouse and this value.
 iv as (
     select

@@ -255,11 +255,14 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
             warm = threading.Thread(target=inference.warm_up, daemon=True)
             warm.start()
             intervals.snapshot_inputs(con)
-            table = intervals.compute(con)
-            intervals.write(home, table)
-            # Then the findings' rows with exactly those intervals.
-            intervals.install(con, table)
-            results.write_findings(con, home)
+            # The findings' measured values are computed meanwhile, on the other core.
+            with intervals.values_meanwhile(con) as values_ready:
+                table = intervals.compute(con)
+                intervals.write(home, table)
+                # Then the findings' rows with exactly those intervals.
+                intervals.install(con, table)
+                values_ready()
+                results.write_findings(con, home)
         finally:
             con.close()
 

@@ -31,6 +31,7 @@ table (:func:`install`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import zlib
@@ -830,6 +831,41 @@ def snapshot_inputs(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"attach ':memory:' as {_SNAPSHOT} (read_write)")  # (a read-only catalog's too)
     con.execute(f'create or replace table {_SNAPSHOT}.main.finding_inputs as select * from "{db}".main.finding_inputs')
     con.execute(f"create or replace temp view finding_inputs as select * from {_SNAPSHOT}.main.finding_inputs")
+
+
+@contextlib.contextmanager
+def values_meanwhile(con: duckdb.DuckDBPyConnection):
+    """Compute ``finding_values`` over the snapshot on another cursor while this one goes on (after :func:`snapshot_inputs`).
+
+    Yields a function that waits for it and lets ``con`` read the rows (a temporary view shadows
+    the catalog's): the findings view then has only the intervals and the claims to join. The
+    measured values are the heavy half of the findings' rows (every head's), the intervals' sums
+    and resampling the rest of a refresh: on two cores they run at once. One thread, as every query
+    of a refresh: the rows are summed in one order.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = con.execute("select current_database()").fetchall()[0][0]
+    cur = con.cursor()
+    pool = ThreadPoolExecutor(1)
+    try:
+        # (the cursor's own temporary view: a cursor does not see con's)
+        cur.execute(f"create temp view finding_inputs as select * from {_SNAPSHOT}.main.finding_inputs")
+        job = pool.submit(cur.execute, f'create or replace table {_SNAPSHOT}.main.finding_values as '
+                                       f'select * from "{db}".main.finding_values')
+
+        def ready() -> None:
+            job.result()
+            con.execute(f"create or replace temp view finding_values as select * from {_SNAPSHOT}.main.finding_values")
+
+        yield ready
+    except BaseException:
+        with contextlib.suppress(Exception):  # (a failure or Ctrl-C: the values are not wanted)
+            cur.interrupt()
+        raise
+    finally:
+        pool.shutdown(wait=True)  # (never close the connection under a running query)
+        cur.close()
 
 
 def compute(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None = None) -> pa.Table:

@@ -101,6 +101,26 @@ def test_a_snapshot_summed_on_several_cursors_gives_the_same_intervals_as_the_vi
     assert con.execute("select count(*) from findings").fetchall()[0][0] > 0
 
 
+def test_a_refresh_computing_the_values_meanwhile_gives_the_views_findings():
+    # What a publish's refresh does (the measured values on their own cursor while the intervals are
+    # resampled) against the findings view read whole on one connection: the same rows.
+    tables = build_tables()
+    plain = make_connection(tables)
+    plain.execute("set threads = 1")
+    intervals.install(plain)
+    expected = plain.execute("select * from findings order by id, scope").fetchall()
+    con = make_connection(tables)
+    con.execute("set threads = 1")
+    intervals.snapshot_inputs(con)
+    with intervals.values_meanwhile(con) as ready:
+        intervals.install(con, intervals.compute(con))
+        ready()
+        assert con.execute("select count(*) from duckdb_views() where temporary and view_name = 'finding_values'"
+                           ).fetchall() == [(1,)]
+        got = con.execute("select * from findings order by id, scope").fetchall()
+    assert got == expected and len(got) > 20
+
+
 def test_what_each_interval_is_about():
     con = make_connection(build_tables(models=STANDALONE))
     got = _by_id(intervals.compute(con))
