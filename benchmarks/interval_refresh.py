@@ -20,10 +20,12 @@ What it does (docs/benchmarks.md, "The findings' intervals", shows the figures o
    ingest batch) in its own process from start to exit, alternating with the yardstick
    u = ``python -c "import duckdb; duckdb.connect().sql('select 1')"``, and prints the median wall
    time and ratio to u per size against issue 31's goals (≤ 2 s at 27,600 heads, ≤ 10 s at 140,000).
-3. With ``--parts``, times one refresh's parts in one process: the rows of ``finding_inputs``
-   materialised (the SQL every interval and every finding rests on: the refresh's floor while they
-   are recomputed over all heads), the sums per resampling unit (SQL), the resampling (Python) and
-   the findings' rows; and, for scale, the same rows counted on 1 and on 2 threads.
+3. With ``--parts``, times one refresh's parts in one process, one after the other: the rows of
+   ``finding_inputs`` materialised (the SQL every interval and every finding rests on: the
+   refresh's floor while they are recomputed over all heads), the sums per resampling unit (SQL),
+   the resampling (Python), the findings' measured values (which a refresh computes meanwhile, on
+   the other core) and the rest of the findings' rows; and, for scale, the same rows counted on 1
+   and on 2 threads.
 4. With ``--baseline COMMIT``, times that commit's qkdb (its source from ``git archive``) on a copy of
    each warehouse in the same repetitions, so that both are measured under the same load.
 """
@@ -229,6 +231,11 @@ def parts(home: Path) -> None:
         columns = {c.name: [r[c.name] for r in rows] for c in FINDING_INTERVALS.columns if c.name in intervals._ROW_COLUMNS}
         columns.update(fingerprint=intervals._fingerprint(con), computed_at=dt.datetime.now(dt.timezone.utc))
         intervals.install(con, pa.Table.from_batches([to_batch(FINDING_INTERVALS, columns)]))
+        # (alone here, to be timed: a refresh computes them while the sums and the resampling run)
+        with intervals.values_meanwhile(con) as values_ready:
+            values_ready()
+        marks.append(time.perf_counter())
+        peaks.append(peak_mib())
         with tempfile.TemporaryDirectory() as tmp:  # (the stored findings left as they are)
             results.write_findings(con, Path(tmp))
         marks.append(time.perf_counter())
@@ -236,9 +243,9 @@ def parts(home: Path) -> None:
     finally:
         con.close()
     n_median = sum(f.stat == "median" for f in found)
-    names = ("finding_inputs materialised (1 thread)", "sums per unit (SQL)",
+    names = ("finding_inputs materialised (1 thread)", "sums per unit (SQL, three queries at once)",
              f"resampling ({len(rows) - n_median} intervals, no median)", f"resampling ({n_median} medians)",
-             "the findings' rows")
+             "the findings' values (finding_values)", "the findings' rows (the rest)")
     print(f"{heads_in(home):,} heads:{'':<32}wall    peak RSS so far")
     for name, a, b, rss in zip(names, marks, marks[1:], peaks[1:]):
         print(f"  {name:<42} {b - a:6.2f} s {rss:8.0f} MiB")

@@ -17,7 +17,8 @@
 -- Column n_models: Models with rows.
 -- Column n_heads: Heads behind the value (pairs for a correlation; the later checkpoint's for a change).
 with
-fi as materialized (select * from finding_inputs),
+-- (only the columns used below: the copy is every head's rows, ~30 a head)
+fi as materialized (select id, scope, stat, estimand, cluster, model, grp, arm, x, y from finding_inputs),
 -- Each pair's means, for a correlation computed in two passes from compensated sums: DuckDB's
 -- corr() merges its threads' partial sums in whatever order they finish, so its last bits vary.
 pair_means as (

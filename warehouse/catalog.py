@@ -13,6 +13,7 @@ single-writer lock while readers have the catalog open.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -356,8 +357,15 @@ def _connect(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnect
     deadline = time.monotonic() + wait
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            con = duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
             if time.monotonic() > deadline:
                 raise WarehouseError(f"{path}: locked by another process ({exc})", kind="busy") from None
             time.sleep(0.2)
+            continue
+        # No DuckDB progress bar (a connection's own setting): it draws on stdout, which carries a
+        # command's data; qkdb reports its own progress on stderr. (In Jupyter DuckDB refuses to
+        # change the setting without ipywidgets; there its bar is not drawn on stdout anyway.)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("set enable_progress_bar = false")
+        return con

@@ -395,3 +395,15 @@ def test_rows_with_a_null_position_are_dropped_and_said_once(dataset, home):
     finally:
         con.close()
     assert got[(0, 1)] == 3 and got[(1, 0)] == got[(1, 1)] == 2 and got[(0, 0)] == 0
+
+
+def test_no_connection_of_qkdb_draws_duckdbs_progress_bar(dataset, home):
+    # DuckDB draws a progress bar on stdout for a query of over 2 s by default: on a large warehouse
+    # the findings' refresh after an ingest, or a long `qkdb query`, would write it among the data.
+    qkdb.ingest(dataset, "toy", workers=1, family="Toy", gqa_ratio=2, n_layers=2)
+    for read_only in (True, False):
+        con = qkdb.connect(home, read_only=read_only)
+        try:
+            assert con.execute("select current_setting('enable_progress_bar')").fetchall() == [(False,)]
+        finally:
+            con.close()
