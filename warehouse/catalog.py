@@ -233,7 +233,7 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     holds the lock, so the last writer writes for the latest state.
     """
     (home / LOCKS).mkdir(parents=True, exist_ok=True)
-    from qkdb.warehouse import inference, intervals, results
+    from qkdb.warehouse import inference
 
     # A catalog to rebuild refreshes the findings itself: before this refresh holds their lock
     # (inside it, the rebuild's refresh waited for the lock its own caller held, a minute).
@@ -247,25 +247,72 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
 
             head_index.shadow_head_metrics(con, home)
             model_index.snapshot_models(con, home)
-            # finding_inputs once, for both: its rows shadow the view on this connection only. One
-            # thread: the rows keep one order, so every sum over them is the same to the last bit
-            # from refresh to refresh (the same warehouse gives the same bytes).
-            con.execute("set threads = 1")
-            # scipy's t quantiles are needed after the SQL; their import (~0.15 s) runs on the other
-            # core meanwhile (DuckDB leaves the GIL while it runs a query).
-            warm = threading.Thread(target=inference.warm_up, daemon=True)
-            warm.start()
-            intervals.snapshot_inputs(con)
-            # The findings' measured values are computed meanwhile, on the other core.
-            with intervals.values_meanwhile(con) as values_ready:
-                table = intervals.compute(con)
-                intervals.write(home, table)
-                # Then the findings' rows with exactly those intervals.
-                intervals.install(con, table)
-                values_ready()
-                results.write_findings(con, home)
+            # scipy's t quantiles are needed after the SQL; their import (~0.15 s) runs on the
+            # other core meanwhile (DuckDB leaves the GIL while it runs a query).
+            threading.Thread(target=inference.warm_up, daemon=True).start()
+            import duckdb
+
+            try:
+                with _refresh_settings(con, REFRESH_MEMORY):
+                    _refresh(con, home)
+            except duckdb.OutOfMemoryException:
+                # A query that cannot spill needed more than the cap: once more without it (slower
+                # to fail than to refuse, but never a refresh lost to the cap).
+                with _refresh_settings(con, None):
+                    _refresh(con, home)
         finally:
             con.close()
+
+
+def _refresh(con: duckdb.DuckDBPyConnection, home: Path) -> None:
+    from qkdb.warehouse import intervals, results
+
+    # finding_inputs once, for both: its rows shadow the view on this connection only.
+    intervals.snapshot_inputs(con)
+    # The findings' measured values are computed meanwhile, on the other core.
+    with intervals.values_meanwhile(con) as values_ready:
+        table = intervals.compute(con)
+        intervals.write(home, table)
+        # Then the findings' rows with exactly those intervals.
+        intervals.install(con, table)
+        values_ready()
+        results.write_findings(con, home)
+
+
+# What DuckDB may hold during a refresh (its default: 80% of the machine's memory). The refresh
+# holds every head's finding_inputs rows (~30 a head) and queries them on several cursors at once;
+# past this, DuckDB spills to its temporary folder, so that a refresh's memory stays bounded whatever
+# the warehouse's size (benchmarks/latency.py's 140,100 heads: 2.2-2.35 GB at its peak in 8.3-9.1 s,
+# against 3.4-3.6 GB in 7.5-8.3 s unbounded; 27,900 heads stay below it).
+REFRESH_MEMORY = "2GB"
+
+
+@contextlib.contextmanager
+def _refresh_settings(con: duckdb.DuckDBPyConnection, memory: str | None):
+    """One thread and ``memory`` at most (None: DuckDB's default); the database's own settings back afterwards.
+
+    One thread: every query's rows keep one order, so every sum over them is the same to the last
+    bit from refresh to refresh (the same warehouse gives the same bytes). Past ``memory`` DuckDB
+    spills to its temporary folder (``qk.duckdb.tmp`` in the home, removed when done). The settings
+    are the database's, shared by every connection this process has to it (DuckDB keeps one
+    instance a file): restored when the refresh ends.
+    """
+    names = ("threads", "memory_limit")
+    before = dict(zip(names, con.execute(
+        "select " + ", ".join(f"current_setting('{n}')" for n in names)).fetchall()[0]))
+    try:
+        con.execute("set threads = 1")
+        if memory is not None:
+            con.execute(f"set memory_limit = {_sql_str(memory)}")
+        yield
+    finally:
+        for name, value in before.items():
+            with contextlib.suppress(Exception):  # (a connection closing under an error: nothing to restore)
+                # Back to the default when it was that (a memory limit read back as '18.8 GiB' and
+                # set again would lose its last digits at every refresh), else to what it was.
+                con.execute(f"reset {name}")
+                if con.execute(f"select current_setting('{name}')").fetchall()[0][0] != value:
+                    con.execute(f"set {name} = {_sql_str(str(value))}")
 
 
 def ensure_catalog(home: Path, wait: float = 10.0) -> bool:

@@ -219,3 +219,46 @@ def test_a_layer_with_one_group_joins_the_next():
     # model 1: layer 0 has two; layer 3 (one, the last) joins the one before.
     assert intervals._strata(cluster, layer).tolist() == [0, 0, 0, 1, 1, 2, 2, 2]
     assert intervals._strata(np.array([0]), np.array([3])).tolist() == [0]
+
+
+def test_a_refresh_within_a_small_memory_cap_stores_the_same_bytes_and_gives_the_settings_back(tmp_path, monkeypatch):
+    # Past its memory cap DuckDB spills the refresh's rows to a temporary folder: the same intervals
+    # and findings; and the database's settings (shared by the process's connections) are as before.
+    import pyarrow.parquet as pq
+
+    import qkdb
+    from qkdb.warehouse import catalog
+
+    from helpers.datasets import make_dataset
+
+    home = tmp_path / "home"
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, home=home, workers=1,
+                    family="Toy", gqa_ratio=2, n_layers=2)
+
+    def stored():
+        iv = pq.read_table(home / "finding_intervals" / "data.parquet").drop_columns(["computed_at"])
+        return iv, pq.read_table(home / "finding_results" / "data.parquet")
+
+    other = qkdb.connect(home, read_only=True)  # (the same DuckDB instance as the refresh's)
+    try:
+        settings = "select current_setting('threads'), current_setting('memory_limit'), current_setting('temp_directory')"
+        before = other.execute(settings).fetchall()
+        catalog.refresh_intervals(home)
+        unbounded = stored()
+        assert other.execute(settings).fetchall() == before
+        attempts = []
+        real = catalog._refresh
+        monkeypatch.setattr(catalog, "_refresh", lambda con, home: attempts.append(1) or real(con, home))
+        # 48 MB: within it; 20 MB: too little for DuckDB to run the queries at all, the refresh runs
+        # again without the cap.
+        for cap, tries in (("48MB", 1), ("20MB", 2)):
+            monkeypatch.setattr(catalog, "REFRESH_MEMORY", cap)
+            attempts.clear()
+            catalog.refresh_intervals(home)
+            assert other.execute(settings).fetchall() == before
+            capped = stored()
+            assert capped[0].equals(unbounded[0]) and capped[1].equals(unbounded[1]), cap
+            assert len(attempts) == tries, cap
+    finally:
+        other.close()
