@@ -252,14 +252,21 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
             threading.Thread(target=inference.warm_up, daemon=True).start()
             import duckdb
 
+            from qkdb.warehouse import intervals
+
             try:
-                with _refresh_settings(con, REFRESH_MEMORY):
-                    _refresh(con, home)
-            except duckdb.OutOfMemoryException:
-                # A query that cannot spill needed more than the cap: once more without it (slower
-                # to fail than to refuse, but never a refresh lost to the cap).
-                with _refresh_settings(con, None):
-                    _refresh(con, home)
+                try:
+                    with _refresh_settings(con, REFRESH_MEMORY):
+                        _refresh(con, home)
+                except duckdb.OutOfMemoryException:
+                    # A query that cannot spill needed more than the cap: once more without it
+                    # (slower to fail than to refuse, but never a refresh lost to the cap).
+                    with _refresh_settings(con, None):
+                        _refresh(con, home)
+            finally:
+                # (the snapshot's database is the process's: detached, not left to other connections)
+                with contextlib.suppress(duckdb.Error):
+                    intervals.release_snapshot(con)
         finally:
             con.close()
 

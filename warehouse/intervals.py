@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,10 @@ MIN_MODELS = 16
 EXACT_UNITS = 1_000
 MAX_WEIGHTS = 4_000_000  # replicate × unit weights held at once (32 MB), whatever the warehouse size
 THESE, POPULATION = "these models", "models like these"
-_SNAPSHOT = "qkdb_snapshot"  # the in-memory database snapshot_inputs keeps finding_inputs' rows in
+# snapshot_inputs keeps finding_inputs' rows in an in-memory database named so (and a token: a
+# database attached is seen by every connection of the process to the same file, so each snapshot
+# has its own, and a connection knows its own by a temporary view, _qkdb_snapshot).
+_SNAPSHOT = "qkdb_snapshot"
 
 # The sums read per unit from SQL (corr: centred on the finding's means); `groups`: key-head groups behind them.
 _SUMS = ("nx", "sx", "ny", "sy", "xb", "yb", "nxy", "cx", "cy", "cxx", "cyy", "cxy", "groups", "nvec")
@@ -176,10 +180,8 @@ def _read(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None) -> list[_
     """
     threads = con.execute("select current_setting('threads')").fetchall()[0][0]
     con.execute("set threads = 1")
-    snapshot = ids is None and con.execute(
-        f"select count(*) from duckdb_tables() where database_name = '{_SNAPSHOT}' and table_name = 'finding_inputs'"
-    ).fetchall()[0][0]
-    where = f"{_SNAPSHOT}.main" if snapshot else "temp.main"
+    snapshot = _snapshot_of(con) if ids is None else None
+    where = f"{snapshot}.main" if snapshot else "temp.main"
     try:
         if snapshot:  # (snapshot_inputs made it: read it as it is)
             con.execute(f"create or replace view {where}._qkdb_inputs as select * replace "
@@ -821,16 +823,37 @@ def snapshot_inputs(con: duckdb.DuckDBPyConnection) -> None:
 
     The intervals and the findings view both read every row of it (~30 per head); a publish's
     refresh computes it once for both. The rows are kept in an in-memory database attached to
-    ``con``'s (:data:`_SNAPSHOT`), which its cursors see too (:func:`_read` sums them on several).
-    Only for a connection that reads, then closes: the rows do not follow later changes (params
-    shadowed afterwards, say).
+    ``con``'s, which its cursors see too (:func:`_read` sums them on several); only ``con`` knows
+    it as its own (:func:`_snapshot_of`). Only for a connection that reads, then closes (call
+    :func:`release_snapshot` first): the rows do not follow later changes (params shadowed
+    afterwards, say).
     """
+    release_snapshot(con)
     db = con.execute("select current_database()").fetchall()[0][0]
-    attached = con.execute(f"select count(*) from duckdb_databases() where database_name = '{_SNAPSHOT}'").fetchall()[0][0]
-    if not attached:
-        con.execute(f"attach ':memory:' as {_SNAPSHOT} (read_write)")  # (a read-only catalog's too)
-    con.execute(f'create or replace table {_SNAPSHOT}.main.finding_inputs as select * from "{db}".main.finding_inputs')
-    con.execute(f"create or replace temp view finding_inputs as select * from {_SNAPSHOT}.main.finding_inputs")
+    name = f"{_SNAPSHOT}_{uuid.uuid4().hex[:12]}"
+    con.execute(f"attach ':memory:' as {name} (read_write)")  # (read_write: a read-only catalog's too)
+    con.execute(f"create temp view _qkdb_snapshot as select '{name}' as name")
+    con.execute(f'create table {name}.main.finding_inputs as select * from "{db}".main.finding_inputs')
+    con.execute(f"create or replace temp view finding_inputs as select * from {name}.main.finding_inputs")
+
+
+def _snapshot_of(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The database of ``con``'s own snapshot (:func:`snapshot_inputs`), None without one."""
+    if not con.execute("select count(*) from duckdb_views() where temporary and view_name = '_qkdb_snapshot'"
+                       ).fetchall()[0][0]:
+        return None
+    name = con.execute("select name from temp.main._qkdb_snapshot").fetchall()[0][0]
+    found = con.execute("select count(*) from duckdb_databases() where database_name = ?", [name]).fetchall()[0][0]
+    return name if found else None
+
+
+def release_snapshot(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop ``con``'s snapshot (its database is the process's until detached), and the views that read it."""
+    name = _snapshot_of(con)
+    for view in ("finding_values", "finding_inputs", "_qkdb_snapshot"):
+        con.execute(f"drop view if exists temp.main.{view}")
+    if name is not None:
+        con.execute(f"detach database if exists {name}")
 
 
 @contextlib.contextmanager
@@ -846,17 +869,20 @@ def values_meanwhile(con: duckdb.DuckDBPyConnection):
     from concurrent.futures import ThreadPoolExecutor
 
     db = con.execute("select current_database()").fetchall()[0][0]
+    name = _snapshot_of(con)
+    if name is None:
+        raise RuntimeError("values_meanwhile needs the connection's snapshot (snapshot_inputs) first")
     cur = con.cursor()
     pool = ThreadPoolExecutor(1)
     try:
         # (the cursor's own temporary view: a cursor does not see con's)
-        cur.execute(f"create temp view finding_inputs as select * from {_SNAPSHOT}.main.finding_inputs")
-        job = pool.submit(cur.execute, f'create or replace table {_SNAPSHOT}.main.finding_values as '
+        cur.execute(f"create temp view finding_inputs as select * from {name}.main.finding_inputs")
+        job = pool.submit(cur.execute, f'create or replace table {name}.main.finding_values as '
                                        f'select * from "{db}".main.finding_values')
 
         def ready() -> None:
             job.result()
-            con.execute(f"create or replace temp view finding_values as select * from {_SNAPSHOT}.main.finding_values")
+            con.execute(f"create or replace temp view finding_values as select * from {name}.main.finding_values")
 
         yield ready
     except BaseException:

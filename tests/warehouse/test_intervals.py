@@ -95,10 +95,44 @@ def test_a_snapshot_summed_on_several_cursors_gives_the_same_intervals_as_the_vi
     plain = intervals.compute(make_connection(tables)).drop_columns(["computed_at"])
     con = make_connection(tables)
     intervals.snapshot_inputs(con)
-    assert con.execute("select count(*) from qkdb_snapshot.main.finding_inputs").fetchall()[0][0] > 0
+    name = intervals._snapshot_of(con)
+    assert name and con.execute(f"select count(*) from {name}.main.finding_inputs").fetchall()[0][0] > 0
     assert intervals.compute(con).drop_columns(["computed_at"]).equals(plain)
     # (and the findings view reads the snapshot through the temporary view that shadows its own)
     assert con.execute("select count(*) from findings").fetchall()[0][0] > 0
+
+
+def test_a_snapshot_is_its_connections_own_and_goes_when_released(tmp_path):
+    # A database attached to one connection is seen by every connection of the process to the same
+    # file: another one (restricted to a model, here) must not take it for its own snapshot.
+    import qkdb
+    from helpers.datasets import make_dataset
+
+    home = tmp_path / "home"
+    for i, name in enumerate(("toy-a", "toy-b")):
+        qkdb.ingest(make_dataset(tmp_path / f"ds{i}", seed=i), name, home=home, workers=1,
+                    family="Toy", gqa_ratio=2, n_layers=2)
+    alone = qkdb.connect(home, read_only=True)
+    try:
+        restrict_models(alone, ["toy-b"])
+        expected = intervals.compute(alone).drop_columns(["computed_at"])
+    finally:
+        alone.close()
+    first, other = qkdb.connect(home, read_only=True), qkdb.connect(home, read_only=True)
+    try:
+        intervals.snapshot_inputs(first)
+        name = intervals._snapshot_of(first)
+        assert name and intervals._snapshot_of(other) is None
+        assert other.execute("select count(*) from duckdb_databases() where database_name = ?", [name]).fetchall() == [(1,)]
+        restrict_models(other, ["toy-b"])
+        assert intervals.compute(other).drop_columns(["computed_at"]).equals(expected)
+        intervals.release_snapshot(first)
+        assert other.execute("select count(*) from duckdb_databases() where database_name = ?", [name]).fetchall() == [(0,)]
+        assert first.execute("select count(*) from duckdb_views() where temporary and view_name = 'finding_inputs'"
+                             ).fetchall() == [(0,)]
+    finally:
+        first.close()
+        other.close()
 
 
 def test_a_refresh_computing_the_values_meanwhile_gives_the_views_findings():
