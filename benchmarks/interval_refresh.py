@@ -191,7 +191,7 @@ def parts(home: Path) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from qkdb.warehouse import head_index, inference, intervals, model_index, results
+    from qkdb.warehouse import head_index, inference, intervals, results
     from qkdb.warehouse.batches import to_batch
     from qkdb.warehouse.schema import FINDING_INTERVALS
     from qkdb.warehouse.catalog import ensure_catalog, open_catalog
@@ -210,8 +210,7 @@ def parts(home: Path) -> None:
     con = open_catalog(home, read_only=True)
     try:
         # (as refresh_intervals reads them: every head's metrics and model's row from the indexes)
-        head_index.shadow_head_metrics(con, home)
-        model_index.snapshot_models(con, home)
+        head_index.shadow_indexes(con, home)
         con.execute("set threads = 1")
         marks, peaks = [time.perf_counter()], [peak_mib()]
         intervals.snapshot_inputs(con)

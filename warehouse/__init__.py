@@ -35,6 +35,7 @@ __getattr__, __dir__ = facade(__name__, {
     "model_rows": "qkdb.warehouse.model_index",
     "shadow_head_metrics": "qkdb.warehouse.head_index",
     "shadow_pca": "qkdb.warehouse.head_index",
+    "shadow_indexes": "qkdb.warehouse.head_index",
     "reads_head_metrics": "qkdb.warehouse.head_index",
     "TABLES": "qkdb.warehouse.schema",
     "DERIVED": "qkdb.warehouse.schema",

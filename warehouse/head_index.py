@@ -42,7 +42,6 @@ class Indexed:
 HEAD_METRICS = Indexed("head_metrics", ("heads", "models", "pca", "rotation"), "head_metrics.parquet",
                        "model, layer, head")  # (what sql/head_metrics.sql reads)
 PCA = Indexed("pca", ("pca",), "pca.parquet", "model, layer, head, pc")
-DATA, VIEW, TABLES = HEAD_METRICS.data, HEAD_METRICS.view, HEAD_METRICS.tables
 
 
 def path(home: Path, which: Indexed = HEAD_METRICS) -> Path:
@@ -112,7 +111,7 @@ def shadow_head_metrics(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
     say): the catalog's view serves then.
     """
     index = ensure(home, con)
-    return index is not None and shadow_with(con, VIEW, index, "view")
+    return index is not None and shadow_with(con, HEAD_METRICS.view, index, "view")
 
 
 def shadow_pca(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
@@ -122,6 +121,21 @@ def shadow_pca(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
     """
     index = ensure(home, con, PCA)
     return index is not None and shadow_with(con, PCA.view, index, "view")
+
+
+def shadow_indexes(con: duckdb.DuckDBPyConnection, home: Path, pca: bool = False) -> None:
+    """Let ``con`` read ``head_metrics``, ``models`` (and with ``pca``, ``pca``) from the indexes of ``home``.
+
+    In the order they need: the index of ``head_metrics`` stands aside once a table it reads is
+    shadowed. Each stands aside where it cannot be used (a restricted connection, a home this
+    process cannot write): the catalog's views serve then.
+    """
+    from qkdb.warehouse.model_index import snapshot_models
+
+    shadow_head_metrics(con, home)
+    snapshot_models(con, home)
+    if pca:
+        shadow_pca(con, home)
 
 
 def reads_head_metrics(con: duckdb.DuckDBPyConnection, sql: str) -> bool:

@@ -61,9 +61,7 @@ def chart(
 
         # Every head's metrics and components, and every model's row, from the indexes (one file
         # each, not files a model).
-        warehouse.shadow_head_metrics(con, home_dir(home))
-        warehouse.snapshot_models(con, home_dir(home))
-        warehouse.shadow_pca(con, home_dir(home))
+        warehouse.shadow_indexes(con, home_dir(home), pca=True)
         figure = build_chart(name, con, models=models, series=series, head=heads)
     finally:
         con.close()
@@ -89,8 +87,7 @@ def _report_connection(home, figures_only: bool = False):
     try:
         # The models and heads from the indexes first: whether the stored findings are current is
         # a fingerprint of every model's row (one file a model through the view: 0.2 s at 467).
-        warehouse.shadow_head_metrics(con, home_dir(home))
-        warehouse.snapshot_models(con, home_dir(home))
+        warehouse.shadow_indexes(con, home_dir(home))
         findings_from = "findings" if figures_only else warehouse.findings_source(con)
         recomputed = findings_from == "findings" and ensure_intervals(con)
         warehouse.snapshot(con, home=home_dir(home))
