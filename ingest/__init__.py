@@ -54,6 +54,7 @@ __getattr__, __dir__ = facade(__name__, {
     "collage_heads": "qkdb.ingest.engine.pool",
     "default_workers": "qkdb.ingest.engine.pool",
     "check_rope": "qkdb.ingest.engine.plane_layout",
+    "check_pre_rope": "qkdb.ingest.engine.pre_rope",
     "plane_layout": "module:qkdb.ingest.engine.plane_layout",
     "tune_ingest_process": "qkdb.ingest.engine.runtime",
     "tune_command_line": "qkdb.ingest.engine.runtime",

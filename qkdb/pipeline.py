@@ -21,7 +21,7 @@ from pathlib import Path
 
 from qkdb import warehouse
 from qkdb.ingest import (
-    VALUE_BOUND, HeadSelection, capture_record, collage_heads, dataset_facts, default_workers, discover, open_source,
+    VALUE_BOUND, HeadSelection, capture_record, check_pre_rope, collage_heads, dataset_facts, default_workers, discover, open_source,
     read_metadata, read_saver_state, recorded_facts_notes, resolve_spec, plane_layout, run_groups, spec_notes,
     tune_ingest_process,
 )
@@ -99,7 +99,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     spec = resolve_spec(name, recorded, **options.facts())
     warehouse.store.check_model_name(spec.model)
     spec = plane_layout.reconcile_options(spec, options, metadata)
-    rope_notes = plane_layout.check_rope(spec, options)
+    rope_notes = check_pre_rope(spec) + plane_layout.check_rope(spec, options)
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the planning and warehouse work below.
     tune_ingest_process(workers)
@@ -591,7 +591,7 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         "n_kv_heads": spec.n_kv_heads, "gqa_ratio": spec.gqa_ratio, "head_dim": head_dim,
         "rope": spec.rope, "rope_theta": spec.rope_theta,
         "rope_pairing": spec.rope_pairing if spec.rope != "none" else None, "rope_scaling": spec.rope_scaling,
-        "position_scaling": spec.position_scaling,
+        "position_scaling": spec.position_scaling, "pre_rope": spec.pre_rope,
         "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
         "phase": spec.phase, "step": spec.step, "source": kind, "location": job.source.location,
         "revision": job.source.revision or spec.dataset_revision if kind == "hub" else job.source.revision,

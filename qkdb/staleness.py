@@ -24,7 +24,7 @@ from qkdb.errors import QkdbError
 # The models columns a layout is read from (older partitions give NULL for the newer ones).
 MODEL_COLUMNS = (
     "model", "source", "location", "revision", "head_dim", "n_layers", "rope", "rope_pairing", "rotary_dims",
-    "rotary_offset", "rope_source", "rope_inv_freq", "layer_rope_inv_freq",
+    "rotary_offset", "rope_source", "rope_inv_freq", "layer_rope_inv_freq", "pre_rope",
 )
 
 PlanesReader = Callable[[str], list[tuple[int, int, float, str]]]  # model -> (layer, j, omega, omega_source)
@@ -92,6 +92,9 @@ def rope_changed(spec, row: dict, planes: PlanesReader) -> str | None:
     head_dim = row.get("head_dim")
     if not head_dim:
         return None
+    if spec.pre_rope and row.get("pre_rope") is not True:
+        # (qkdb before issue 37 read a --pre-rope capture's vectors as they were stored)
+        return "a capture stored before RoPE was read as post-RoPE"
     used = used_layouts(row, planes)
     if spec.rope == "none":
         return None if not used else "the model has no RoPE now"

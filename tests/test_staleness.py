@@ -103,3 +103,20 @@ def runner():
     from typer.testing import CliRunner
 
     return CliRunner()
+
+
+def test_a_pre_rope_capture_read_as_post_rope_by_an_older_qkdb_is_stale_until_re_ingested(tmp_path, home):
+    data = make_dataset(tmp_path / "ds", layers=1, q_heads=2, kv_heads=1, d=16)
+    meta = {"model": "pre", "source": "sniff", "n_layers": 1, "n_q_heads": 2, "n_kv_heads": 1, "rope": "rotary",
+            "rope_pairing": "half", "rotary_dims": 16, "rotary_offset": 0,
+            "rope_inv_freq": rope_frequencies(16, 10000.0).tolist(), "rope_attention_factor": 1.0,
+            "capture": {"pre_rope": True}}
+    (data / "qkdb_dataset.json").write_text(json.dumps(meta))
+    qkdb.ingest(data, workers=1)
+    assert qkdb.api.stale_models() == []
+    f = store.current_file(home, "pre", "models")  # as an older qkdb published it: no pre_rope column
+    pq.write_table(pq.read_table(f).drop_columns(["pre_rope"]), f)
+    stale = qkdb.api.stale_models()
+    assert [(s.model, s.change) for s in stale] == [("pre", "a capture stored before RoPE was read as post-RoPE")]
+    res = qkdb.ingest(data, workers=1)
+    assert not res.unchanged and qkdb.api.stale_models() == []

@@ -104,6 +104,7 @@ MODELS = Table(
         Column("layer_rope_theta", pa.list_(f64), "Each layer's RoPE base where the layers differ (e.g. Gemma3's local and global layers), NULL when every layer uses rope_theta."),
         Column("layer_rope_scaling", pa.list_(s), "Each layer's RoPE scaling as JSON where the layers differ, NULL when every layer uses rope_scaling."),
         Column("position_scaling", s, "Position-dependent factors in the vectors that are not RoPE (e.g. Ministral3's llama-4 query scale), as a JSON list of {kind, type, formula, parameters, layers, removed}; removed = divided out of the stored vectors. NULL when none is known."),
+        Column("pre_rope", b, "The capture stored vectors before RoPE (qkdb sniff --pre-rope): the ingest rotated each one by the RoPE the capture recorded (pairing, rotated dims, each layer's frequencies and amplitude; NoPE layers as they are), so every table describes the vectors attention received, as for any other capture (docs/rotation-planes.md). False for post-RoPE captures; NULL for models ingested before qkdb recorded it."),
         Column("nope_layers", pa.list_(i32), "Layers whose attention applies no rotary position embedding (NoPE layers; every layer when rope = 'none')."),
         Column("series", s, "Training-checkpoint series the model belongs to, NULL otherwise."),
         Column("series_order", i32, "Order of the checkpoint within its series."),

@@ -33,7 +33,7 @@ With one array per head file, allocated before the first text, nothing survives 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -596,6 +596,13 @@ class Recorder:
                 cs = interpret_pe(host, idx["pe_rows"], idx["need"], ts.seq_len)
             except NotRoPE as exc:
                 cs = exc
+            else:
+                # --pre-rope reads cos/sin at every kept position too (``need`` ⊇ ``cu``), but the check
+                # indexes its rows into ``cu``: its own rows of cos/sin, or it rotates by other positions'
+                # angles (``_transform`` reads kept positions through ``CosSin.at``, which uses the table)
+                if len(idx["need"]) != len(cu):
+                    at = np.searchsorted(idx["need"], cu)
+                    cs = replace(cs, cos=cs.cos[at], sin=cs.sin[at])
         if isinstance(cs, CosSin):
             ts.cs[layer] = cs
         rows = {}

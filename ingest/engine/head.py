@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -60,8 +60,13 @@ class HeadRows:
     null_rows_dropped: dict[str, int] = field(default_factory=dict)  # file -> rows with a null vector or position
 
 
-def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...]) -> KindData:
+def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...],
+            rotate=None) -> KindData:
     """Validate and subsample one file's vectors, then take their moments (once per file).
+
+    ``rotate(vectors, positions)``, for a pre-RoPE capture (:mod:`.pre_rope`), turns the stored
+    vectors into what attention received, after their values are screened and before anything is
+    computed from them.
 
     Values no attention head produces (NaN, ±inf, beyond ±VALUE_BOUND) are refused with an
     :class:`InputError` naming the file, or their rows dropped with ``options.drop_bad_vectors``.
@@ -72,7 +77,7 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
     n = len(data.positions)
     subsample = options.max_vectors is not None and n > options.max_vectors
     dropped = 0
-    if data.vector_sum is None or subsample:
+    if data.vector_sum is None or subsample or rotate is not None:
         data, dropped = screen_values(data, source, drop=options.drop_bad_vectors)
         n = len(data.positions)
         subsample = options.max_vectors is not None and n > options.max_vectors
@@ -88,6 +93,9 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
             screened=data.screened,
         )
         n = options.max_vectors
+    if rotate is not None:
+        # (screened above: a rotation keeps values no head produces out, and the column sums are new)
+        data = replace(data, vectors=rotate(data.vectors, data.positions), vector_sum=None)
     _check_enough(n, source, options)
     # Finite values too large for any head may still overflow their squares here; they then fail
     # within_bound and are found by screen_values. Nothing of that may reach the user as a warning.

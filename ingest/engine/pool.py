@@ -21,6 +21,7 @@ from threadpoolctl import threadpool_limits
 from qkdb.errors import QkdbError
 from qkdb.ingest.engine.head import HeadContext, HeadRows, compute_head, prepare
 from qkdb.ingest.engine.plane_layout import RopeLayout, layer_layout
+from qkdb.ingest.engine.pre_rope import layer_rotation
 from qkdb.ingest.sources.layout import read_head
 from qkdb.ingest.sources.plan import HeadGroup
 from qkdb.ingest.options import IngestOptions
@@ -59,6 +60,11 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
 
 
 @functools.lru_cache(maxsize=256)
+def _layer_rotation(spec: ModelSpec, layer: int, head_dim: int):
+    return layer_rotation(spec, layer, head_dim)
+
+
+@functools.lru_cache(maxsize=256)
 def _layer_layout(spec: ModelSpec, layer: int, head_dim: int) -> RopeLayout | None:
     return layer_layout(spec, layer, head_dim)  # once per layer and worker, not per head
 
@@ -68,13 +74,15 @@ def process_group(
 ) -> list[HeadOutcome]:
     """All query heads of one group: the key file is read and reduced to moments once."""
     try:
-        k = prepare(read_head(group.key.path), str(group.key.path), options, (group.layer, group.kv_head, 1))
+        data = read_head(group.key.path)
+        rotate = _layer_rotation(spec, group.layer, data.vectors.shape[1]) if spec.pre_rope else None
+        k = prepare(data, str(group.key.path), options, (group.layer, group.kv_head, 1), rotate)
     except QkdbError as exc:
         return [HeadOutcome(q.layer, q.head, error=str(exc)) for q in group.queries]
     out = []
     for qf in group.queries:
         try:
-            q = prepare(read_head(qf.path), str(qf.path), options, (qf.layer, qf.head, 0))
+            q = prepare(read_head(qf.path), str(qf.path), options, (qf.layer, qf.head, 0), rotate)
             ctx = _context(spec, qf.layer, qf.head, group.kv_head, (qf.layer, qf.head) in collage, q.moments.d)
             out.append(HeadOutcome(qf.layer, qf.head, rows=compute_head(q, k, ctx, options)))
         except QkdbError as exc:

@@ -61,6 +61,7 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     registry.check_head_counts(spec, origin)
     if registered is not None:
         _check_dataset_counts(spec, facts, given)
+    spec = replace(spec, pre_rope=captured_pre_rope(metadata))
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -76,9 +77,22 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
 # (RoPE's layout as the capture established it from the model: pairing, rotated slice, frequencies.)
 _CAPTURE_FACTS = (
     "rope", "layer_rope_theta", "layer_rope_scaling", "position_scaling", "rope_pairing", "rotary_dims",
-    "rotary_offset", "rope_inv_freq", "layer_rope_inv_freq", "attention_scale",
+    "rotary_offset", "rope_inv_freq", "layer_rope_inv_freq", "attention_scale", "rope_attention_factor",
+    "layer_rope_attention_factor",
 )
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+
+
+def captured_pre_rope(metadata: dict) -> bool:
+    """Whether the dataset's vectors were stored before RoPE (``capture.pre_rope`` of a qkdb sniff capture).
+
+    (qk-sniffer's ``_saver_state.json`` does not record its ``capture_pre_rope``: its captures read as post-RoPE.)
+    """
+    capture = metadata.get("capture")
+    value = capture.get("pre_rope") if isinstance(capture, dict) else None
+    if value is not None and not isinstance(value, bool):
+        raise InputError(f"{METADATA_FILE}: capture.pre_rope must be true or false, got {value!r}")
+    return bool(value)
 
 
 def _metadata_facts(facts: dict) -> dict:
@@ -88,7 +102,7 @@ def _metadata_facts(facts: dict) -> dict:
     def as_json(v):
         return v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
 
-    for key in ("nope_layers", "layer_rope_theta", "rope_inv_freq"):
+    for key in ("nope_layers", "layer_rope_theta", "rope_inv_freq", "layer_rope_attention_factor"):
         if isinstance(facts.get(key), list):
             facts[key] = tuple(facts[key])
     if isinstance(facts.get("layer_rope_inv_freq"), list):

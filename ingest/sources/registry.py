@@ -38,6 +38,13 @@ class ModelSpec:
     rope_inv_freq: tuple[float, ...] | None = None
     layer_rope_inv_freq: tuple[tuple[float, ...] | None, ...] | None = None
     attention_scale: float | None = None  # the scaling attention was called with (recorded by a capture)
+    # the cos/sin amplitude of the model's RoPE (YaRN's attention factor), recorded by a capture: the global
+    # layers', and each layer's where they differ
+    rope_attention_factor: float | None = None
+    layer_rope_attention_factor: tuple[float | None, ...] | None = None
+    # the capture stored vectors before RoPE (qkdb sniff --pre-rope): the ingest rotates them by the RoPE the
+    # capture recorded before computing anything (ingest/engine/pre_rope.py)
+    pre_rope: bool = False
     nope_layers: tuple[int, ...] = ()
     # "rotary", or "none" for a model without rotary position embeddings (then every layer is in nope_layers)
     rope: str = "rotary"
