@@ -315,18 +315,38 @@ def interpret_pe(g: GatheredPE, rows: np.ndarray, kept: np.ndarray, seq_len: int
 
 
 class FrequencySource:
-    """The model's ``*inv_freq`` buffers and ``*attention_scaling`` values, to record exact frequencies.
+    """Where a layer's frequencies come from, most exact first: the model's buffers, its config, float32 cos/sin.
 
-    The buffers are read when asked (longrope and dynamic scaling rewrite them for each text's length).
+    1. The model's ``*inv_freq`` buffers (and ``*attention_scaling`` values), read when asked
+       (longrope and dynamic scaling rewrite them for each text's length): the frequencies as its
+       rotary module computed them.
+    2. Without such a buffer (GPT-J keeps a sin/cos table), the **config**: ``rope_theta`` (and
+       ``rope_scaling``) over the rotated dims, or transformers' default base 10,000 where the config
+       gives none — used only when it explains the measured frequencies within the cos/sin's precision.
+    3. Otherwise, in a half-precision capture, the model's rotary module run again in **float32** at
+       positions 0, 1 and the text's last (its cos/sin before the cast to the compute dtype), so that
+       the planes are exact in every compute dtype.
+
+    Parameters
+    ----------
+    model
+        The loaded model.
+    config_rope : list of (str, float, dict or None), optional
+        ``(label, rope_theta, rope_scaling)`` candidates from the config (:func:`config_candidates`).
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, config_rope: list | None = None) -> None:
         self.buffers: list[tuple[str, object, str]] = []
         self.scalings: list[tuple[str, float]] = []
+        self.rotary: list[tuple[str, object]] = []
+        self.config_rope = list(config_rope or [])
+        self._float32: dict = {}  # (rotary module, positions) -> CosSin or None: run once per text length
         for name, module in model.named_modules():
             for bname, _ in module.named_buffers(recurse=False):
                 if bname.endswith("inv_freq") and "original" not in bname:
                     self.buffers.append((f"{name}.{bname}" if name else bname, module, bname))
+            if type(module).__name__.endswith("RotaryEmbedding"):  # transformers' naming of rotary modules
+                self.rotary.append((name, module))
             if any(m is module for _, m, _ in self.buffers):
                 for attr in dir(module):
                     if attr.endswith("attention_scaling"):
@@ -334,19 +354,75 @@ class FrequencySource:
                         if isinstance(value, (int, float)) and not isinstance(value, bool):
                             self.scalings.append((f"{name}.{attr}" if name else attr, float(value)))
 
-    def frequencies(self, omega: np.ndarray, error: float = 0.0) -> tuple[np.ndarray, str | None]:
-        """The buffer equal to ``omega`` (to :data:`SNAP_TOLERANCE`, relative, beyond ``error``, absolute) and its
-        name, else ``omega`` and None. ``error`` is what half-precision cos/sin leave unknown (:class:`CosSin`)."""
+    def frequencies(self, omega: np.ndarray, error: float = 0.0,
+                    positions: np.ndarray | None = None) -> tuple[np.ndarray, str | None]:
+        """The most exact frequencies equal to ``omega`` (to :data:`SNAP_TOLERANCE`, relative, beyond ``error``,
+        absolute) and where they come from, else ``omega`` and None. ``error`` is what half-precision cos/sin
+        leave unknown (:class:`CosSin`); ``positions`` the positions they were read at (the float32 re-run's)."""
         best, best_diff = None, SNAP_TOLERANCE
         for name, module, bname in self.buffers:
             values = getattr(module, bname, None)
             if values is None or values.numel() != omega.size:
                 continue
             v = values.detach().double().cpu().numpy().ravel()
-            diff = float(np.max(np.maximum(np.abs(v - omega) - error, 0.0) / np.maximum(np.abs(v), 1e-300)))
+            diff = _snap_difference(v, omega, error)
             if diff <= best_diff:
                 best, best_diff = (v, name), diff
-        return best if best is not None else (omega, None)
+        if best is not None:
+            return best
+        found = self._from_config(omega, error)
+        if found is None and error > 0 and positions is not None:
+            found = self._from_float32(omega, error, positions)
+        return found if found is not None else (omega, None)
+
+    def _from_config(self, omega: np.ndarray, error: float):
+        from qkdb.errors import InputError
+        from qkdb.ingest.metrics.rope_planes import rope_frequencies
+
+        for label, theta, scaling in self.config_rope:
+            try:
+                # in float32, as the model's rotary code computes its frequencies
+                v = rope_frequencies(2 * omega.size, theta, scaling).astype(np.float32).astype(np.float64)
+            except InputError:  # (a length-dependent scaling: not a formula of the config alone)
+                continue
+            if _snap_difference(v, omega, error) <= SNAP_TOLERANCE:
+                return v, f"{label} over {2 * omega.size} rotated dims (explains the cos/sin given to attention)"
+        return None
+
+    def _from_float32(self, omega: np.ndarray, error: float, positions: np.ndarray):
+        """The rotary module's own cos/sin recomputed in float32, if one of them gives ``omega`` within ``error``."""
+        t_max = int(np.max(positions))
+        rows = np.unique(np.asarray([0, 1, t_max], np.int64))
+        for name, module in self.rotary:
+            key = (name, t_max)
+            if key not in self._float32:
+                self._float32[key] = self._run_float32(module, rows, t_max)
+            cs = self._float32[key]
+            if cs is not None and cs.omega is not None and cs.omega.shape == omega.shape \
+                    and np.all(np.abs(cs.omega - omega) <= error + SNAP_TOLERANCE * np.abs(omega)):
+                return cs.omega, f"{name} recomputed in float32 (the cos/sin before the cast to the compute dtype)"
+        return None
+
+    @staticmethod
+    def _run_float32(module, rows: np.ndarray, t_max: int):
+        """A rotary module's (cos, sin) at positions ``rows``, run on a float32 copy of it (None when it cannot run so)."""
+        import copy
+
+        import torch
+
+        eps = float(np.finfo(np.float32).eps)
+        try:
+            twin = copy.deepcopy(module).float()
+            device = next(iter(twin.buffers()), torch.zeros(0)).device
+            x = torch.zeros((1, len(rows), 1), dtype=torch.float32, device=device)
+            with torch.no_grad():
+                out = twin(x, torch.as_tensor(rows, device=device)[None])
+            complex_ = isinstance(out, torch.Tensor) and out.is_complex()
+            parts = (out.real, out.imag) if complex_ else tuple(out)
+            a, b = (p.detach().reshape(len(rows), -1).float().cpu().numpy() for p in parts)
+            return interpret_pe(GatheredPE(a, b, complex_, eps), rows, rows, t_max + 1)
+        except Exception:  # noqa: BLE001 - a module that cannot run alone like this is simply not a source
+            return None
 
     def amplitude(self, measured: float, frequencies_from: str | None = None,
                   eps: float = 0.0) -> tuple[float, str | None]:
@@ -355,9 +431,40 @@ class FrequencySource:
 
         Among equal ones, the one beside the frequencies' buffer (Gemma3's ``full_attention_…``).
         """
-        prefix = frequencies_from[:-len("inv_freq")] if frequencies_from else None
+        prefix = frequencies_from[:-len("inv_freq")] if frequencies_from and frequencies_from.endswith("inv_freq") \
+            else None
         tol = max(AMPLITUDE_TOLERANCE, eps if eps > 1e-6 else 0.0)
         found = [(name, value) for name, value in self.scalings
                  if abs(value - measured) <= tol * max(abs(value), 1.0)]
         found.sort(key=lambda nv: not (prefix is not None and nv[0] == prefix + "attention_scaling"))
         return (found[0][1], found[0][0]) if found else (measured, None)
+
+
+def _snap_difference(values: np.ndarray, omega: np.ndarray, error: float) -> float:
+    """The largest relative difference of ``omega`` from ``values`` beyond the absolute ``error`` it may carry."""
+    return float(np.max(np.maximum(np.abs(values - omega) - error, 0.0) / np.maximum(np.abs(values), 1e-300)))
+
+
+def config_candidates(rope_theta: float | None, rope_scaling: dict | None, layer_thetas=None, layer_scalings=None,
+                      declared: bool = True) -> list[tuple[str, float, dict | None]]:
+    """The config's RoPE bases as :class:`FrequencySource` candidates: ``(label, theta, scaling)``.
+
+    The global base and each layer's; transformers' default base 10,000 where the config declares none
+    (GPT-J's rotary code uses it without a config field).
+    """
+    out = []
+    pairs = [(rope_theta, rope_scaling)] + list(zip(layer_thetas or (), layer_scalings or [None] * len(layer_thetas or ())))
+    for theta, scaling in pairs:
+        if theta is not None:
+            label = f"the config's rope_theta {theta:g}" + (f" with its {scaling.get('rope_type', scaling.get('type'))} "
+                                                            "scaling" if scaling else "")
+            out.append((label, float(theta), scaling))
+    if rope_theta is None or not declared:
+        out.append(("transformers' default rope_theta 10000 (the config declares none)", 10000.0, None))
+    unique, seen = [], set()
+    for label, theta, scaling in out:
+        key = (theta, repr(scaling))
+        if key not in seen:
+            seen.add(key)
+            unique.append((label, theta, scaling))
+    return unique

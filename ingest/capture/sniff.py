@@ -59,7 +59,7 @@ from qkdb.ingest.capture.hub_texts import DatasetRequest, HubDataset, dataset_te
 from qkdb.ingest.capture.like import Like, check_layout, read_like
 from qkdb.ingest.capture.partial import PartialCapture, differences, pause
 from qkdb.ingest.capture.plan import CapturePlan
-from qkdb.ingest.capture.rope_layout import FrequencySource
+from qkdb.ingest.capture.rope_layout import FrequencySource, config_candidates
 from qkdb.ingest.capture.rope_record import rope_facts
 from qkdb.ingest.capture.rope_record import summary as rope_summary
 from qkdb.ingest.capture.sniff_model import (
@@ -502,7 +502,9 @@ def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bo
         torch, backend, plan, nope_layers=facts.nope_layers,
         scalings=facts.position_scalings, remove_scalings=not options.keep_position_scaling,
         pre_rope=options.pre_rope, check=not options.unchecked, attn_modules=attn_modules,
-        dims=(facts.n_q_heads, facts.n_kv_heads, facts.head_dim), frequencies=FrequencySource(model),
+        dims=(facts.n_q_heads, facts.n_kv_heads, facts.head_dim),
+        frequencies=FrequencySource(model, config_candidates(facts.rope_theta, facts.rope_scaling, facts.layer_rope_theta,
+                                                             facts.layer_rope_scaling, declared=facts.rope != "none")),
         tolerance=check_tolerance(prep.device.dtype_name), check_rows=options.check_rows, seed=options.seed,
         device=prep.device, deferred=options.deferred, storage_dtype=options.dtype,
     )

@@ -651,7 +651,8 @@ class Recorder:
             if cs.dims > self.d:
                 raise SniffError(f"layer {layer}: RoPE over {cs.dims} dimensions of a {self.d}-dimensional head")
             if cs.omega is not None:
-                state.omega, state.omega_source = self.frequencies.frequencies(cs.omega, cs.omega_error)
+                state.omega, state.omega_source = self.frequencies.frequencies(cs.omega, cs.omega_error,
+                                                                               cs.table[0] if cs.table else None)
             state.amplitude, state.amplitude_source = self.frequencies.amplitude(cs.amplitude, state.omega_source,
                                                                                  cs.eps)
         sources = self._sources[layer]
@@ -743,7 +744,7 @@ class Recorder:
                              "the first text did: qkdb sniff cannot record one RoPE for the capture")
         if cs is None or first is None or cs.omega is None or state.omega is None:
             return
-        omega, _ = self.frequencies.frequencies(cs.omega, cs.omega_error)
+        omega, _ = self.frequencies.frequencies(cs.omega, cs.omega_error, cs.table[0] if cs.table else None)
         allowed = SNAP_TOLERANCE + (cs.omega_error + first.omega_error) / np.maximum(np.abs(state.omega), 1e-300)
         rel = np.abs(omega - state.omega) / np.maximum(np.abs(state.omega), 1e-300)
         diff = float(np.max(rel))

@@ -49,13 +49,14 @@ def test_half_precision_captures_record_the_same_rope_and_the_models_rows(family
     assert a["capture"]["device"]["model_dtype"] == dtype and b["capture"]["device"]["model_dtype"] == "float32"
     assert a["capture"]["check"]["tolerance"] == {"bfloat16": 3e-2, "float16": 5e-3}[dtype]
     assert 0 < a["capture"]["check"]["max_relative_difference"] < a["capture"]["check"]["tolerance"]
-    if a["capture"]["rope"].get("frequencies_from", "").endswith("inv_freq"):
-        # snapped to the model's own buffer: exactly the float32 capture's frequencies
-        assert a["rope_inv_freq"] == b["rope_inv_freq"]
-    else:  # GPT-J: read from bfloat16 cos/sin, to within the error recorded for them
-        err = a["capture"]["rope"]["frequencies_error"]
-        np.testing.assert_allclose(a["rope_inv_freq"], b["rope_inv_freq"], rtol=1e-5, atol=err)
-        assert 0 < err < 1e-3
+    # snapped to the model's own buffer or, without one (GPT-J), to the config's base, which explains the
+    # half-precision cos/sin: exactly the float32 capture's frequencies, in every dtype (issue 37)
+    source = a["capture"]["rope"]["frequencies_from"]
+    assert source == b["capture"]["rope"]["frequencies_from"]
+    assert source.endswith("inv_freq") or (family == "gptj" and source.startswith("transformers' default rope_theta"))
+    assert a["rope_inv_freq"] == b["rope_inv_freq"] and "frequencies_error" not in a["capture"]["rope"]
+    if family == "gptj":
+        np.testing.assert_allclose(a["rope_inv_freq"], tm.gptj_frequencies(8), rtol=1.2e-7)  # float32's rounding
     # the stored rows are exactly what attention received in that dtype: caught here by an attention
     # function of the test's own, on the model run by transformers alone
     seen = tm.attention_inputs(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH), dtype,
@@ -71,6 +72,33 @@ def test_half_precision_captures_record_the_same_rope_and_the_models_rows(family
     for f, data in stored.items():
         scale = np.max(np.abs(want32[f].vectors))
         assert np.max(np.abs(data.vectors - want32[f].vectors)) / scale < (0.1 if dtype == "bfloat16" else 0.02), f
+
+
+def test_frequencies_the_config_does_not_explain_come_from_float32_cos_sin_in_a_half_precision_capture(
+        model_of, family_corpus, tmp_path, monkeypatch):
+    # GPT-J's rotary code with a base its config does not say (1,234 instead of the default 10,000): no
+    # buffer, no config explains it; bfloat16 cos/sin give the frequencies to ~1e-4, the rotary module run
+    # again in float32 to float32's precision
+    import transformers.models.gptj.modeling_gptj as gptj
+
+    def sinusoids(num_pos, dim):
+        import torch
+
+        inv_freq = 1.0 / (1234.0 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
+        angle = torch.arange(num_pos, dtype=torch.int64).float()[:, None] * inv_freq
+        return torch.cat((torch.sin(angle), torch.cos(angle)), dim=1)
+
+    monkeypatch.setattr(gptj, "create_sinusoidal_positions", sinusoids)
+    truth = 1234.0 ** (-np.arange(0, 8, 2) / 8)
+    for dtype in ("bfloat16", "float32"):
+        meta = _sniff(model_of("gptj"), family_corpus, tmp_path / dtype, model_dtype=dtype).metadata
+        rope = meta["capture"]["rope"]
+        np.testing.assert_allclose(meta["rope_inv_freq"], truth, rtol=1e-6)
+        assert "frequencies_error" not in rope
+        if dtype == "bfloat16":
+            assert rope["frequencies_from"].startswith("transformer.rotary_emb recomputed in float32")
+        else:  # float32 cos/sin are the float32 computation itself
+            assert rope["frequencies_from"].startswith("the cos/sin given to attention")
 
 
 def test_a_half_precision_capture_still_refuses_what_is_not_rope(model_of, family_corpus, tmp_path):
