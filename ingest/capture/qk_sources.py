@@ -17,6 +17,8 @@ each through the layer's own q/k norm when it has one (``q_norm``/``k_norm`` or
 ``q_layernorm``/``k_layernorm``), applied the three ways models apply them: per head, on a
 heads-first tensor (StableLM's one norm per head), or over all heads at once (OLMo-2). The norm
 modules are the model's own; which application is right is decided by the rows, like the rest.
+Last, OLMo's and OLMoE's ``clip_qkv``: the config's clamp of every query and key to ±c, applied
+after the norm and before RoPE, as their attention code does.
 """
 
 from __future__ import annotations
@@ -73,7 +75,17 @@ def sources_of(attn, n_q: int, n_kv: int, d: int) -> LayerSources:
                     label = q_name if kind == "q" else k_name
                     base.variants[kind] = [v for src in base.variants[kind] for v in _normed(src, norm, label)]
             break
+    clip = getattr(getattr(attn, "config", None), "clip_qkv", None)
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
+        for kind in ("q", "k"):
+            base.variants[kind] = [_clamped(src, float(clip)) for src in base.variants[kind]]
     return base
+
+
+def _clamped(src: Variant, clip: float) -> Variant:
+    """A variant's rows clamped to ±``clip`` (OLMo's ``clip_qkv``, between the projection (and norm) and RoPE)."""
+    name, get = src
+    return f"{name} → clamped to ±{clip:g} (the config's clip_qkv)", lambda out: get(out).clamp(-clip, clip)
 
 
 def _fused(attr: str, module, n_q: int, n_kv: int, d: int) -> LayerSources:

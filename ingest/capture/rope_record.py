@@ -90,11 +90,12 @@ def rope_facts(recorder, n_layers: int, config_nope: list[int], rope_parameters:
         contradict_rope = sorted(set(rotating) & set(config_nope))
         contradict_nope = sorted(still - set(config_nope))
         if contradict_rope:
-            notes.append(f"layers {_list(contradict_rope)} apply RoPE although the config lists them as NoPE layers: "
-                         "recorded as the model does it")
+            notes.append(f"{_layers(contradict_rope)} {_verb(contradict_rope, 'applies', 'apply')} RoPE although "
+                         "the config lists them as NoPE layers: recorded as the model does it")
         if contradict_nope:
-            notes.append(f"layers {_list(contradict_nope)} are given cos/sin but do not rotate their queries and keys: "
-                         "recorded as NoPE layers (nope_layers)")
+            notes.append(f"{_layers(contradict_nope)} {_verb(contradict_nope, 'is', 'are')} given cos/sin but "
+                         f"{_verb(contradict_nope, 'does', 'do')} not rotate "
+                         f"{_verb(contradict_nope, 'its', 'their')} queries and keys: recorded as NoPE layers (nope_layers)")
 
     pairing = dims = offset = None
     if rotating and not given:
@@ -107,7 +108,8 @@ def rope_facts(recorder, n_layers: int, config_nope: list[int], rope_parameters:
             offset = 0 if dims == recorder.d else None
         reasons = sorted({states[l].reason for l in given if states[l].reason})
         notes.append(
-            f"the RoPE layout of layers {_list(sorted(given))} could not be established from their rows "
+            f"the RoPE layout of {_layers(sorted(given))} could not be established from "
+            f"{_verb(given, 'its', 'their')} rows "
             f"({'; '.join(reasons)}): rope_pairing{' and rotary_offset are' if offset is None else ' is'} recorded as "
             "null, and the ingest computes no RoPE planes for this capture"
         )
@@ -232,6 +234,16 @@ def _group(by_layer: dict[int, str]) -> dict[str, list[int]]:
     for layer in sorted(by_layer):
         out.setdefault(by_layer[layer], []).append(layer)
     return out
+
+
+def _layers(layers) -> str:
+    """'layer 3' or 'layers 1, 3'."""
+    layers = list(layers)
+    return f"layer{'s' if len(layers) != 1 else ''} {_list(layers)}"
+
+
+def _verb(layers, one: str, many: str) -> str:
+    return one if len(list(layers)) == 1 else many
 
 
 def _list(layers) -> str:

@@ -144,9 +144,16 @@ def check_rope(spec, options) -> list[str]:
     thetas += list(zip(spec.layer_rope_theta or (), spec.layer_rope_scaling or ()))
     for theta, scaling in dict.fromkeys(thetas):
         kind = _length_dependent(scaling)
-        if theta is not None and kind is None:
+        if theta is None:
+            notes.append(
+                f"{spec.model}: no rope_theta is known and no capture recorded its frequencies: rope_planes fits "
+                "each plane's frequency (omega_source 'fitted'), within ~2% for planes that turn at least once over "
+                "the captured positions but 13–51% off for slower ones (docs/rotation-planes.md); give --rope-theta "
+                "if you know it"
+            )
+        elif kind is None:
             rope_frequencies(2, theta, scaling)  # a malformed scaling: refused here, once
-        elif theta is not None and kind:
+        else:
             notes.append(
                 f"{spec.model}: rope_scaling of type {kind!r} makes RoPE's frequencies depend on the text's "
                 "length and no capture recorded which were used: rope_planes fits each plane's frequency "

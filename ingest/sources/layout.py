@@ -129,7 +129,15 @@ def discover(root: str | os.PathLike) -> Discovery:
     if not root.is_dir():
         raise InputError(f"{root}: not a directory (give the dataset's root folder)")
     found = Discovery(root=root)
-    for dirpath, dirnames, filenames in os.walk(root):
+    # Folders may be symlinks (a dataset assembled from others' head folders): followed, each real
+    # folder once, so that a link back up the tree cannot loop.
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         here = Path(dirpath)
         if here == root:

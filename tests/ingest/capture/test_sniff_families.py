@@ -119,6 +119,7 @@ EXPECT = {
     "glm": dict(family="glm"),
     "deepseek_v2": dict(family="deepseek_v2", scaling="yarn"),
     "deepseek_v3": dict(family="deepseek_v3", scaling="yarn"),
+    "olmo_clip": dict(family="olmo"),
 }
 CAPTURED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is None]
 REFUSED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is not None]
@@ -259,7 +260,8 @@ def test_cli_refusal_is_one_line_with_the_input_exit_code(model_of, corpus, runn
     assert "ALiBi" in line and "AttentionInterface" in line and "Traceback" not in r.output
 
 
-def test_unchecked_records_a_layout_only_when_the_rows_establish_it(model_of, tokenizer, corpus, tmp_path):
+def test_unchecked_records_a_layout_only_when_the_rows_establish_it(model_of, tokenizer, corpus, tmp_path,
+                                                                    monkeypatch):
     # Cohere, following --unchecked: the first text's rows still establish interleaved pairs
     meta = read_metadata(_sniff(model_of("cohere"), corpus, tmp_path / "cohere", unchecked=True).out)
     assert (meta["rope_pairing"], meta["rotary_dims"], meta["rotary_offset"]) == ("interleaved", 16, 0)
@@ -269,13 +271,27 @@ def test_unchecked_records_a_layout_only_when_the_rows_establish_it(model_of, to
     meta = read_metadata(_sniff(_build_llama4(tmp_path / "llama4", tokenizer), corpus, tmp_path / "l4",
                                 unchecked=True).out)
     assert (meta["rope_pairing"], meta["rotary_dims"], meta["nope_layers"]) == ("interleaved", 8, [0])
-    # OLMo clamping q/k before RoPE: no layout reproduces the rows; nothing guessed, and said so
-    result = _sniff(model_of("olmo_clip"), corpus, tmp_path / "olmo", unchecked=True)
+    # a step the check does not know (a constant added to the queries after RoPE): no layout reproduces
+    # the rows; nothing guessed, and said so
+    tm.unknown_transform(monkeypatch)
+    result = _sniff(model_of("llama"), corpus, tmp_path / "shifted", unchecked=True)
     meta = read_metadata(result.out)
     assert meta["rope"] == "rotary" and meta["rope_pairing"] is None and meta["rotary_dims"] == tm.HEAD_DIM
     assert meta["rotary_offset"] == 0  # the whole head turns: the offset is known
     assert meta["rope_inv_freq"] is not None and meta["capture"]["rope"]["layout_from"] is None
     assert any("could not be established" in n and "no RoPE planes" in n for n in result.notes)
+
+
+def test_olmo_clip_qkv_is_reproduced_and_named(model_of, references, corpus, tmp_path):
+    # OLMo clamps every query and key to ±clip_qkv between the projection and RoPE: the check applies the
+    # config's clamp (most of these tiny model's values reach it, so a missing clamp could not pass)
+    ref = references("olmo_clip")
+    assert np.mean(np.abs(ref[0][0]["pre_q"]) == 0.05) > 0.1
+    result = _sniff(model_of("olmo_clip"), corpus, tmp_path / "out")
+    _compare(result.out, ref, _post_rope)
+    projection = read_metadata(result.out)["capture"]["rope"]["layout"]["projection"]
+    assert projection == {"q": "q_proj → clamped to ±0.05 (the config's clip_qkv)",
+                          "k": "k_proj → clamped to ±0.05 (the config's clip_qkv)"}
 
 
 def test_gemma2_softcapping_is_handed_on_and_recorded(model_of, tokenizer, references, corpus, tmp_path):
@@ -383,6 +399,30 @@ def test_an_unknown_position_factor_is_refused(tmp_path, tokenizer, corpus):
     result = _sniff(folder, corpus, tmp_path / "out", unchecked=True)
     assert read_metadata(result.out)["capture"]["check"]["method"].startswith("none")
     assert any("--unchecked" in n for n in result.notes)
+
+
+def test_a_layer_given_cos_sin_that_does_not_rotate_is_recorded_as_nope_in_one_grammatical_note(tmp_path, tokenizer,
+                                                                                               corpus):
+    # Cohere2: its global layer (1) is handed cos/sin like the others but applies no RoPE
+    import shutil
+
+    import torch
+    import transformers
+
+    folder = tmp_path / "cohere2"
+    tok_folder, vocab = tokenizer
+    shutil.copytree(tok_folder, folder)
+    config = transformers.Cohere2Config(
+        vocab_size=vocab, hidden_size=4 * tm.WIDE, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=tm.WIDE, max_position_embeddings=1024, sliding_window=12,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    result = _sniff(folder, corpus, tmp_path / "out")
+    assert read_metadata(result.out)["nope_layers"] == [1]
+    assert "layer 1 is given cos/sin but does not rotate its queries and keys: recorded as NoPE layers " \
+           "(nope_layers)" in result.notes
 
 
 def _build_llama4(folder, tokenizer):

@@ -70,6 +70,18 @@ def test_length_dependent_scaling_or_no_theta_is_fitted(scaling):
     assert len(notes) == 1 and scaling["rope_type"] in notes[0] and "fits each plane" in notes[0]
 
 
+def test_frequencies_fitted_for_want_of_a_theta_are_said_once_with_their_accuracy():
+    # an older capture without rope_theta (and Ministral3 in the registry): fitted, and said so
+    notes = check_rope(ModelSpec(model="old", n_layers=3), IngestOptions())
+    assert notes == [
+        "old: no rope_theta is known and no capture recorded its frequencies: rope_planes fits each plane's frequency "
+        "(omega_source 'fitted'), within ~2% for planes that turn at least once over the captured positions but "
+        "13–51% off for slower ones (docs/rotation-planes.md); give --rope-theta if you know it"]
+    assert check_rope(_spec(), IngestOptions()) == []  # derived: nothing to say
+    assert check_rope(ModelSpec(model="old", rope_inv_freq=(1.0, 0.1)), IngestOptions()) == []  # recorded
+    assert "no rope_theta is known" in check_rope(registry.lookup("ministral3-3b"), IngestOptions())[0]
+
+
 def test_no_rope_unknown_pairing_and_odd_width_have_no_layout():
     assert layer_layout(_spec(rope="none"), 0, 8) is None
     assert layer_layout(_spec(rope_pairing=None), 0, 8) is None

@@ -33,6 +33,25 @@ def test_discovers_heads_below_any_prefix(tmp_path):
     assert found.ignored == ["other"]
 
 
+def test_head_folders_that_are_symlinks_are_found_and_a_link_back_up_does_not_loop(tmp_path):
+    from qkdb import api
+
+    rng = np.random.default_rng(0)
+    store = tmp_path / "store"
+    for layer in range(2):
+        for kind in "qk":
+            write_head(store, layer, 0, kind, rng.normal(size=(300, 8)), rng.integers(0, 500, 300))
+    linked = tmp_path / "linked"
+    (linked / "sub").mkdir(parents=True)
+    for folder in store.iterdir():  # every head folder a symlink, some below a prefix
+        (linked / ("sub" if folder.name.startswith("l01") else "") / folder.name).symlink_to(folder)
+    (linked / "sub" / "back").symlink_to(linked)  # a cycle
+    found = discover(linked)
+    assert set(found.queries) == {(0, 0), (1, 0)} and set(found.keys) == {(0, 0), (1, 0)}
+    result = api.ingest(linked, model="linked", home=tmp_path / "home", gqa_ratio=1, n_layers=2, workers=1)
+    assert result.heads_done == 2
+
+
 def test_fixed_size_list_float32_is_read_exactly(tmp_path):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(50, 8)).astype(np.float32)
