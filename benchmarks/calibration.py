@@ -38,7 +38,15 @@ Settings (docs/findings.md explains why each is there):
   8 layers × 8 query heads (GQA-2), each drawn with its own parameter ranges (a between-model
   spread), the claim about models like them (``--compare`` adds 4 and 8 models);
 * ``edge``: one model whose planted slope ratio is 1, the null of the claim "keys drift faster"
-  (any verdict on it is wrong).
+  (any verdict on it is wrong);
+* ``groups-16``, ``groups-8``: few key-head groups (issue 37): a GQA-4 model of 8 layers × 8 query
+  heads (16 groups, two per layer) and of 4 layers (8 groups), near-copies in each group, every
+  layer ingested whole;
+* ``layer-subset``: the ``layers`` model with 4 of its 16 layers ingested, drawn at random in each
+  replication; the findings are then about those layers (docs/findings.md, "A subset of layers"),
+  so the truth is the value over the same 4 layers of the truth's model;
+* ``layer-effect``: as ``layers`` with a stronger planted layer effect (the heads of a layer
+  correlate 0.6), the layers held fixed.
 """
 
 from __future__ import annotations
@@ -173,24 +181,33 @@ class Setting:
     truth: object  # () -> list of SimSpec (or a dict of known truths)
     ids: tuple[str, ...] | None = None  # the findings it judges (None: every one with an interval)
     truth_key: str = ""  # settings of the same process share their truth (default: the name)
+    layer_subset: bool = False  # each replication ingests subset_layers(rep), its truth is over them
 
 
-def _one(kv: int, ranges=None, layer_seed=None):
+def _one(kv: int, ranges=None, layer_seed=None, layers: int = 16, q_heads: int = 16):
     from qkdb.ingest.capture.simulate import Ranges
 
     ranges = ranges or Ranges()
 
     def models(rep: int):
-        return [_spec(layers=16, q_heads=16, kv_heads=kv, seed=10_000 + rep, model="m", ranges=ranges,
+        return [_spec(layers=layers, q_heads=q_heads, kv_heads=kv, seed=10_000 + rep, model="m", ranges=ranges,
                       layer_seed=layer_seed)]
 
     def truth():
         # The same process with many more heads per layer (the same layers when they are fixed).
-        per_layer = TRUTH_HEADS // 16
-        return [_spec(layers=16, q_heads=per_layer, kv_heads=per_layer * kv // 16, seed=1, model="truth",
+        per_layer = TRUTH_HEADS // layers
+        return [_spec(layers=layers, q_heads=per_layer, kv_heads=per_layer * kv // q_heads, seed=1, model="truth",
                       ranges=ranges, layer_seed=layer_seed, vectors=TRUTH_VECTORS)]
 
     return models, truth
+
+
+SUBSET_LAYERS = 4  # layers of 16 the `layer-subset` setting ingests, drawn in each replication
+
+
+def subset_layers(rep: int) -> list[int]:
+    """The layers replication ``rep`` of ``layer-subset`` ingests (and its truth is over)."""
+    return sorted(np.random.default_rng([37, rep]).choice(16, size=SUBSET_LAYERS, replace=False).tolist())
 
 
 def _pooled(m: int):
@@ -211,7 +228,8 @@ def _pooled(m: int):
 
 
 # The table's settings (issue 28, and 24 models: a bootstrap over models); --compare adds 4 and 8 models.
-DEFAULT = ("independent", "gqa", "layers", "pooled-2", "pooled-3", "pooled-6", "pooled-12", "pooled-24", "edge")
+DEFAULT = ("independent", "gqa", "layers", "pooled-2", "pooled-3", "pooled-6", "pooled-12", "pooled-24", "edge",
+           "groups-16", "groups-8", "layer-subset", "layer-effect")
 COMPARE = ("independent", "gqa", "layers", "pooled-2", "pooled-3", "pooled-4", "pooled-6", "pooled-8", "pooled-12",
            "pooled-24")
 
@@ -233,6 +251,17 @@ def settings() -> dict[str, Setting]:
     edge_models, _ = _one(16, Ranges(slope_ratio=1.0))
     out.append(Setting("edge", "one model whose planted slope ratio is the claim's null (1)", edge_models,
                        lambda: {"002.F1.slope_ratio": 1.0}, ids=("002.F1.slope_ratio",)))
+    # Few key-head groups (issue 37); head by head the process of `independent`, whose truth they share.
+    near = Ranges(group_likeness=0.9)
+    out.append(Setting("groups-16", "one GQA-4 model of 8 layers: 16 key-head groups of near-copies",
+                       _one(2, near, layers=8, q_heads=8)[0], _one(16)[1], truth_key="independent"))
+    out.append(Setting("groups-8", "one GQA-4 model of 4 layers: 8 key-head groups of near-copies",
+                       _one(2, near, layers=4, q_heads=8)[0], _one(16)[1], truth_key="independent"))
+    layers_models, layers_truth = _one(4, Ranges(group_likeness=0.6, layer_likeness=0.3), LAYER_SEED)
+    out.append(Setting("layer-subset", f"the `layers` model, {SUBSET_LAYERS} of its 16 layers drawn in each replication",
+                       layers_models, layers_truth, truth_key="layers", layer_subset=True))
+    out.append(Setting("layer-effect", "one model, GQA-4 near-copies, heads of a layer strongly alike (0.6)",
+                       *_one(4, Ranges(group_likeness=0.3, layer_likeness=0.6), LAYER_SEED + 1)))
     return {s.name: s for s in out}
 
 
@@ -274,6 +303,8 @@ def replicate(task: tuple) -> tuple[str, int, str | None, list[dict]]:
     name, rep, scheme = task
     setting = settings()[name]
     models = [model_tables(spec) for spec in setting.models(rep)]
+    if setting.layer_subset:
+        models = [only_layers(m, subset_layers(rep)) for m in models]
     kept = intervals.MIN_MODELS
     if scheme in ("boot", "jack"):  # a bootstrap over models at every count, or the jackknife at every count
         intervals.MIN_MODELS = 2 if scheme == "boot" else 10**9
@@ -286,10 +317,54 @@ def replicate(task: tuple) -> tuple[str, int, str | None, list[dict]]:
     return name, rep, scheme, rows
 
 
+def only_layers(tables: dict[str, pa.Table], layers: list[int]) -> dict[str, pa.Table]:
+    """A model's tables with the heads of ``layers`` only: what an ingest of those layers publishes."""
+    import pyarrow.compute as pc
+
+    keep = pa.array(layers, pa.int32())
+    return {name: t.filter(pc.is_in(t.column("layer").cast(pa.int32()), keep)) if "layer" in t.column_names else t
+            for name, t in tables.items()}
+
+
 def truth_cache() -> Path:
     from platformdirs import user_cache_path
 
     return user_cache_path("qkdb") / "bench" / f"calibration-truth-{D}x{TRUTH_VECTORS}x{TRUTH_HEADS}"
+
+
+def truth_tables(name: str) -> dict[str, pa.Table]:
+    """The truth's model's tables (one model), cached on disk as parquet (a truth over a subset of layers reads them)."""
+    import pyarrow.parquet as pq
+
+    setting = settings()[name]
+    folder = truth_cache() / f"{setting.truth_key or name}-tables"
+    if not folder.exists():
+        t0 = time.perf_counter()
+        (spec,) = setting.truth()
+        tables = model_tables(spec)
+        tmp = folder.with_name(folder.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for table_name, t in tables.items():
+            pq.write_table(t, tmp / f"{table_name}.parquet")
+        tmp.rename(folder)
+        log(f"  truth tables of {name}: {time.perf_counter() - t0:.0f} s")
+    return {p.stem: pq.read_table(p) for p in folder.glob("*.parquet")}
+
+
+def subset_truth(name: str, rep: int) -> dict[str, float]:
+    """Every finding's value over the layers replication ``rep`` ingests, on the truth's model (cached)."""
+    import json
+
+    setting = settings()[name]
+    layers = subset_layers(rep)
+    path = truth_cache() / f"{setting.truth_key or name}-layers-{'-'.join(map(str, layers))}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    rows = findings_of([only_layers(truth_tables(name), layers)], intervals=False)
+    truth = {r["id"]: r["measured_value"] for r in rows if r["measured_value"] is not None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(truth, indent=1, sort_keys=True))
+    return truth
 
 
 def truth_of(name: str) -> dict[str, float]:
@@ -297,6 +372,8 @@ def truth_of(name: str) -> dict[str, float]:
     import json
 
     setting = settings()[name]
+    if setting.layer_subset:
+        return {}  # one per replication (subset_truth)
     made = setting.truth()
     if isinstance(made, dict):
         return made
@@ -388,8 +465,9 @@ def run(names: list[str], reps: int, workers: int, scheme: str | None = None) ->
         pool, results = None, map(replicate, tasks)
     try:
         for done, (name, rep, _, rows) in enumerate(results, 1):
+            truth_here = subset_truth(name, rep) if settings()[name].layer_subset else truths[name]
             for row in rows:
-                truth = truths[name].get(row["id"])
+                truth = truth_here.get(row["id"])
                 if truth is None or row["measured_value"] is None:
                     continue
                 tallies[name].setdefault(row["id"], Tally()).add(row, truth)

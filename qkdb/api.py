@@ -323,6 +323,14 @@ def stale_models(home: str | os.PathLike | None = None, con: duckdb.DuckDBPyConn
         own.close()
 
 
+def layer_subset_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """One line per model whose ingested layers are a subset of its layers (view ``ingested_layers``).
+
+    Its findings and their intervals are about those layers only; the line says which.
+    """
+    return [r[0] for r in con.execute("select note from ingested_layers where subset order by model").fetchall()]
+
+
 def models_overview(home: str | os.PathLike | None = None) -> pa.Table:
     """The registry plus every ingested model, with whether and when each was ingested."""
     import pyarrow as pa

@@ -20,6 +20,9 @@ whole models; docs/findings.md says which finding uses which interval and why.
   percentile* idea; the plain one covers ~80 % for 5 units).
 * :func:`jackknife_interval` — the jackknife over a few clusters (models) with Student's t: for two
   to five models, where a bootstrap over them has too few distinct resamples to show their spread.
+* :func:`stratified_jackknife_weights`, :func:`stratified_jackknife_variance` — the same inside a
+  model for few key-head groups in strata of layers (delete one group, its stratum rescaled; JKn):
+  with Student's t for groups less strata, an interval from 4 groups on.
 """
 
 from __future__ import annotations
@@ -71,6 +74,14 @@ def wilson_interval(k: float, n: float, level: float = 0.95) -> tuple[float, flo
     low = 0.0 if k == 0 else max(0.0, centre - half)
     high = 1.0 if k == n else min(1.0, centre + half)
     return (low, high)
+
+
+def wilson_groups_for(level: float = 0.95) -> float:
+    """``z²``: with ``n`` all-success trials Wilson's interval leaves a rate of ``z²/(n + z²)`` ≈ ``z²/n`` of failures open.
+
+    So ruling out a rate ``x`` of failures takes about ``z²/x`` trials (3.84/x at 95%).
+    """
+    return _z(level) ** 2
 
 
 def fisher_z_interval(r: float, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -223,6 +234,56 @@ def jackknife_interval(estimate: float, leave_one_out: np.ndarray, level: float 
     se = math.sqrt((m - 1) / m * float(((loo - loo.mean()) ** 2).sum()))
     half = -t_quantile((1.0 - level) / 2.0, m - 1) * se
     return (estimate - half, estimate + half)
+
+
+def stratified_jackknife_weights(strata: np.ndarray) -> np.ndarray:
+    """Delete-one-unit weights of a stratified sample (the stratified jackknife, JKn).
+
+    Row ``g`` leaves unit ``g`` out and weighs the other units of its stratum ``n_h / (n_h − 1)``
+    (the stratum keeps its total weight); every other stratum keeps weight 1. A stratum of one unit
+    cannot show its variance: its row is all ones (it adds nothing to the variance).
+
+    Parameters
+    ----------
+    strata : array of int
+        The stratum of every unit.
+
+    Returns
+    -------
+    ndarray of shape (n, n), float64
+    """
+    strata = np.asarray(strata)
+    if strata.ndim != 1 or strata.size == 0:
+        raise ValueError(f"strata must be a non-empty 1-d array, got shape {strata.shape}")
+    _, inv, size = np.unique(strata, return_inverse=True, return_counts=True)
+    n = strata.size
+    W = np.ones((n, n))
+    same = inv[:, None] == inv[None, :]
+    n_h = size[inv].astype(np.float64)
+    scale = np.where(n_h > 1, n_h / np.maximum(n_h - 1.0, 1.0), 1.0)
+    W = np.where(same, scale[:, None], W)
+    W[np.arange(n), np.arange(n)] = np.where(n_h > 1, 0.0, 1.0)
+    return W
+
+
+def stratified_jackknife_variance(replicates: np.ndarray, strata: np.ndarray) -> float:
+    """``Σ_h (n_h − 1)/n_h · Σ_{g∈h} (θ₍₋g₎ − θ̄_h)²``: the JKn variance from :func:`stratified_jackknife_weights`' values.
+
+    For a linear statistic it is the unbiased stratified variance (:func:`stratified_covariance`);
+    for a smooth one (a ratio, a correlation, a change) it is the linearised variance, slightly
+    conservative. NaN when a replicate is undefined.
+    """
+    theta = np.asarray(replicates, dtype=np.float64)
+    strata = np.asarray(strata)
+    if theta.shape != strata.shape:
+        raise ValueError(f"one replicate per unit: got {theta.shape} for {strata.shape} units")
+    if not np.isfinite(theta).all():
+        return math.nan
+    _, inv, size = np.unique(strata, return_inverse=True, return_counts=True)
+    means = np.bincount(inv, weights=theta) / size
+    dev = theta - means[inv]
+    factor = np.where(size > 1, (size - 1.0) / size, 0.0)[inv]
+    return float((factor * dev * dev).sum())
 
 
 def weighted_mean(W: np.ndarray, x: np.ndarray) -> np.ndarray:

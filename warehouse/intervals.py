@@ -57,7 +57,14 @@ DATA = "data.parquet"
 N_BOOT = 2000  # resamples per interval: the 2.5% tail rests on 50 of them
 SEED = 17  # fixed: the same warehouse always gives the same intervals
 LEVEL = 0.95
-MIN_UNITS = 10  # key-head groups a bootstrap inside models needs: below that its percentiles are not an interval
+# Key-head groups an interval inside a model needs: from 4, the stratified jackknife with Student's t
+# (benchmarks/calibration.py: groups-8 and groups-16); below JACKKNIFE_UNITS it replaces the bootstrap,
+# whose percentiles over few groups are too narrow (0.92 of the truths covered at 16 groups).
+MIN_UNITS = 4
+JACKKNIFE_UNITS = 40
+# A median's interval still needs a bootstrap (the delete-one jackknife does not estimate a median's
+# variance), and a bootstrap's percentiles need this many groups; so does a share's design effect.
+MIN_BOOT_UNITS = 10
 # Models a bootstrap over models needs; with fewer, the jackknife over models and Student's t.
 # benchmarks/calibration.py --compare: the bootstrap over models covered 0.35-0.78 of some findings
 # with 2-4 models, its goal from about 6 for means but a correlation only 0.82 at 12; the jackknife-t
@@ -635,9 +642,14 @@ def _vector_floor(f: _Finding, units: np.ndarray | None = None, level: float = L
 
 
 def _these(f: _Finding, estimate: float, reps: _Replicates) -> dict:
-    """An interval for these models: their key-head groups resampled in strata of layers."""
+    """An interval for these models: their key-head groups resampled in strata of layers.
+
+    From :data:`JACKKNIFE_UNITS` groups a bootstrap (Rao–Wu), its percentiles read at Student's t;
+    below, the stratified jackknife's variance with t for groups less strata (a bootstrap's
+    percentiles over few groups are too narrow); below :data:`MIN_UNITS` groups, none.
+    """
     df = _df(f)
-    few = f.n_units < MIN_UNITS or df < 1
+    few = f.n_units < MIN_BOOT_UNITS or df < 1
     arms = " of the two checkpoints (paired)" if f.stat.startswith("arm") else ""
     groups = f"{f.n_units} key-head groups{arms}" + (f" of {len(f.clusters)} models" if len(f.clusters) > 1 else "")
     normal = f.n_units > EXACT_UNITS and f.stat != "median"
@@ -647,17 +659,38 @@ def _these(f: _Finding, estimate: float, reps: _Replicates) -> dict:
         # Closed forms over the heads, counted by their groups' design effect: for a share from the
         # resamples' spread when there are enough groups, else each group counted once.
         return _closed_form(f, estimate, None if few or f.stat == "corr" else reps(f), how)
-    if few:
-        return _row(f, estimate, method=f"too few for a bootstrap interval ({f.n_units} key-head groups; needs {MIN_UNITS})",
-                    n_units=f.n_units)
+    if f.n_units < MIN_UNITS or df < 1:
+        k = int(np.unique(f.stratum).size)
+        return _row(f, estimate, method=f"too few key-head groups for an interval ({f.n_units} in {k} "
+                                        f"{'stratum' if k == 1 else 'strata'} of layers; needs {MIN_UNITS}, and more "
+                                        "than one in a stratum)", n_units=f.n_units)
+    if f.stat == "median" and f.n_units < MIN_BOOT_UNITS:
+        return _row(f, estimate, method=f"too few key-head groups for a median's interval ({f.n_units}; a median "
+                                        f"needs a bootstrap, and a bootstrap {MIN_BOOT_UNITS})", n_units=f.n_units)
+    if f.n_units < JACKKNIFE_UNITS and f.stat != "median":
+        values = _evaluate(f, inference.stratified_jackknife_weights(f.stratum))
+        var = inference.stratified_jackknife_variance(values, f.stratum)
+        if not math.isfinite(var):
+            return _row(f, estimate, method=f"no interval: the value is undefined without one of the {groups}",
+                        n_units=f.n_units)
+        half = -inference.t_quantile((1.0 - LEVEL) / 2.0, df) * math.sqrt(var)
+        lo, hi = estimate - half, estimate + half
+        how = (f"stratified jackknife over {groups}, in strata of layers (t with {df} df; fewer than "
+               f"{JACKKNIFE_UNITS} groups: a bootstrap's percentiles would be too narrow)")
+        return _finish(f, estimate, lo, hi, how, None)
     lo, hi = inference.percentile_interval(reps(f), df, LEVEL)
+    return _finish(f, estimate, lo, hi, how, N_BOOT)
+
+
+def _finish(f: _Finding, estimate: float, lo: float, hi: float, how: str, n_boot: int | None) -> dict:
+    """An interval inside models widened for a share of vectors near its bound and for the finite-vector bias, clipped."""
     floor = _vector_floor(f)
     if floor is not None:
         lo, hi = min(lo, floor[0]), max(hi, floor[1])
         how += ", widened to the Wilson interval of its groups' shares of vectors"
     lo, hi, how = _widen_for_bias(f, estimate, lo, hi, how)
     lo, hi = _clip(f, lo, hi)
-    return _row(f, estimate, lo, hi, how, f.n_units, N_BOOT)
+    return _row(f, estimate, lo, hi, how, f.n_units, n_boot)
 
 
 def _closed_form(f: _Finding, estimate: float, r: np.ndarray | None, how: str) -> dict:
@@ -741,6 +774,7 @@ def _model_range(f: _Finding, estimate: float) -> dict:
     level = 1.0 - (1.0 - LEVEL) / m
     nx, sx = f.t["nx"], f.t["sx"]
     lows, highs, few = [], [], []
+    at_bound: list[tuple[int, tuple[float, float]]] = []  # (groups, floor) where rare heads set the interval
     for k in range(m):
         sel = f.cluster == k
         n, s = nx[sel].sum(), sx[sel].sum()
@@ -766,6 +800,8 @@ def _model_range(f: _Finding, estimate: float) -> dict:
                 lo, hi = mean - half, mean + half
                 floor = _vector_floor(f, sel, level)
                 if floor is not None:
+                    if floor[0] < lo or floor[1] > hi:
+                        at_bound.append((int(f.t["groups"][sel].sum()), floor))
                     lo, hi = min(lo, floor[0]), max(hi, floor[1])
         lo, hi = _clip(f, lo, hi)
         lows.append(lo)
@@ -783,6 +819,13 @@ def _model_range(f: _Finding, estimate: float) -> dict:
     if "nvec" in f.t and f.stat == "model_range_mean":
         how += ", widened to the Wilson interval of its groups' shares of vectors"
     joint = f", jointly at 95% (Bonferroni over {m} models)" if m > 1 else ""
+    if at_bound:
+        # Why such a claim stays open at this size: its interval is what the groups can rule out.
+        groups, (f_lo, f_hi) = min(at_bound)
+        share = 1.0 - f_lo if f_lo > 0.5 else f_hi
+        how += (f"; near {'100' if f_lo > 0.5 else '0'}% the interval is set by the heads not sampled: {groups} key-head "
+                f"groups leave up to {100 * share:.1f}% of a model's heads {'below' if f_lo > 0.5 else 'above'} it unseen, "
+                f"and ruling out x% takes about {inference.wilson_groups_for(level):.1f}/x groups per model")
     lo, hi, how = _widen_for_bias(f, estimate, float(lows[keep].min()), float(highs[keep].max()),
                                   f"every model's own interval: {how}{joint}")
     return _row(f, estimate, lo, hi, how, m, None, low_max=float(lows[keep].max()), high_min=float(highs[keep].min()))

@@ -105,10 +105,13 @@ def findings(
         except duckdb.Error as exc:
             raise QueryError(f"the findings view failed: {str(exc).strip()}") from None
         stale = api.stale_models(home_dir(home), con)
+        subsets = api.layer_subset_notes(con)
     finally:
         con.close()
     for s in stale:
         note(s.message())
+    for line in subsets:
+        note(line)
     counts = status_counts([r["status"] for r in rows])
     if not terminal:
         write_table(result, format, output)

@@ -180,7 +180,7 @@ def test_what_each_interval_is_about():
     restrict_models(few, ["m00"])
     assert few.execute("select estimand from findings where id = '003.F1.pos_var_q'").fetchall()[0][0] == "these models"
     r = _by_id(intervals.compute(few))[("003.F1.pos_var_q", "overall")]
-    assert r["ci_method"].startswith("bootstrap over 20 key-head groups, in strata of layers")
+    assert r["ci_method"].startswith("stratified jackknife over 20 key-head groups, in strata of layers (t with 16 df")
 
 
 def _set(tables: dict, name: str, **columns) -> dict:
@@ -202,6 +202,9 @@ def test_bounded_values_stay_in_bounds_and_a_share_of_all_heads_is_not_a_point()
     lo, _ = wilson_interval(20, 20)
     assert acc["ci_high"] == 1.0 and acc["ci_low"] == pytest.approx(lo) and acc["ci_low"] < wilson_interval(2e4, 2e4)[0]
     assert "shares of vectors" in acc["ci_method"]
+    # and it says why such a claim stays open at this size
+    assert "20 key-head groups leave up to 16.1% of a model's heads below it unseen" in acc["ci_method"]
+    assert "ruling out x% takes about 3.8/x groups per model" in acc["ci_method"]
     positive = got[("002.F2.bias_positive", "overall")]
     assert positive["estimate"] == 1.0 and positive["ci_high"] == 1.0
     assert positive["ci_low"] == pytest.approx(wilson_interval(20, 20)[0])  # 20 heads, each its own group
@@ -233,6 +236,7 @@ def test_few_vectors_widen_an_interval_towards_the_value_at_many():
 def test_normal_sums_stand_in_for_the_weights_over_many_units(monkeypatch):
     con = make_connection(build_tables(models=STANDALONE[:2]))
     restrict_models(con, ["m00"])
+    monkeypatch.setattr(intervals, "JACKKNIFE_UNITS", 4)  # (a bootstrap at these 20 groups)
     exact = _by_id(intervals.compute(con))
     monkeypatch.setattr(intervals, "EXACT_UNITS", 5)
     normal = _by_id(intervals.compute(con))
@@ -244,6 +248,36 @@ def test_normal_sums_stand_in_for_the_weights_over_many_units(monkeypatch):
             assert normal[key]["ci_high"] == pytest.approx(r["ci_high"], abs=0.15 * width), key
             compared += 1
     assert compared >= 10
+
+
+def test_few_key_head_groups_get_the_stratified_jackknife_with_t_down_to_four(monkeypatch):
+    # One model of 4 layers x 5 heads (each its own key head): 20 groups in 4 strata, 16 df
+    tables = build_tables(models=STANDALONE[:1])
+    con = make_connection(tables)
+    r = _by_id(intervals.compute(con))[("003.F2.fisher", "overall")]  # a mean without a finite-vector bias
+    assert r["ci_method"].startswith("stratified jackknife over 20 key-head groups, in strata of layers (t with 16 df")
+    heads = con.execute("select layer, fisher_pc0 from heads order by layer, head").fetchnumpy()
+    x, layer = heads["fisher_pc0"], heads["layer"]
+    # independently: the stratified variance of the mean of 20 equal groups, t with 16 df
+    var = sum(5 / 4 * ((x[layer == h] - x[layer == h].mean()) ** 2).sum() for h in range(4)) / 20 ** 2
+    half = 2.119905 * math.sqrt(var)
+    assert (r["ci_low"], r["ci_high"]) == (pytest.approx(x.mean() - half), pytest.approx(x.mean() + half))
+    # from JACKKNIFE_UNITS groups on, the bootstrap
+    monkeypatch.setattr(intervals, "JACKKNIFE_UNITS", 20)
+    assert _by_id(intervals.compute(con))[("003.F2.fisher", "overall")]["ci_method"].startswith("bootstrap over 20")
+    monkeypatch.undo()
+    # 2 layers x 2 heads: 4 groups, 2 strata, 2 df: still an interval (t = 4.30); a median needs a bootstrap
+    small = {**tables, "heads": tables["heads"].filter(pa.compute.and_(pa.compute.less(tables["heads"]["layer"], 2),
+                                                                       pa.compute.less(tables["heads"]["head"], 2)))}
+    got = _by_id(intervals.compute(make_connection(small)))
+    assert got[("003.F2.fisher", "overall")]["ci_method"].startswith(
+        "stratified jackknife over 4 key-head groups, in strata of layers (t with 2 df")
+    assert got[("002.F1.slope_ratio", "overall")]["ci_low"] is None
+    assert "a median needs a bootstrap" in got[("002.F1.slope_ratio", "overall")]["ci_method"]
+    # 3 groups: none, and why
+    three = {**small, "heads": small["heads"].slice(0, 3)}
+    r = _by_id(intervals.compute(make_connection(three)))[("003.F2.fisher", "overall")]
+    assert r["ci_low"] is None and r["ci_method"].startswith("too few key-head groups for an interval (3 in 1 stratum")
 
 
 def test_a_layer_with_one_group_joins_the_next():
