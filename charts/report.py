@@ -337,6 +337,9 @@ def _ingested(con: duckdb.DuckDBPyConnection, infos) -> tuple[str, str]:
     if set(sources) == {"simulate"}:
         parts.append(" <b>All of them are simulated</b> (<code>qkdb simulate</code>): the numbers below test the "
                      "pipeline, they say nothing about real models.")
+    # Models captured in some of their layers only: their findings are about those layers.
+    for r in rows(con, "select note from ingested_layers where subset order by model"):
+        parts.append(f' <b class="layers-note">{html.escape(r["note"])}.</b>')
     table = ['<details><summary>The ingested models</summary><table class="models"><thead><tr>'
              + "".join(f"<th>{html.escape(c)}</th>" for c in MODEL_COLUMNS) + "</tr></thead><tbody>"]
     table += ["<tr>" + "".join(f'<td class="{c}">{esc(r.get(c))}</td>' for c in MODEL_COLUMNS) + "</tr>" for r in model_rows]

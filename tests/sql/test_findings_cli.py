@@ -339,8 +339,11 @@ def test_end_to_end_views_match_the_tables(warehouse):
     assert -95 < dec["pct_alpha_k_vs_baseline"] < -85
     lc = fnd["002.F6.lc_alpha_k"]
     assert -95 < lc["measured_value"] < -85
-    # ... but 8 heads per checkpoint are too few for a bootstrap interval: not decided.
-    assert lc["status"] == "inconclusive" and "too few" in lc["ci_method"]
+    # 8 heads per checkpoint (4 key-head groups, paired, in 2 layers): too few for a bootstrap, enough for the
+    # stratified jackknife with t for 2 df (issue 37), whose interval still shows the planted -90%
+    assert lc["ci_method"].startswith("stratified jackknife over 4 key-head groups of the two checkpoints (paired)")
+    assert "t with 2 df" in lc["ci_method"] and lc["ci_low"] < lc["measured_value"] < lc["ci_high"] < -45.5
+    assert lc["status"] == "holds"
     # NoPE control: the simulated NoPE layer has no rotating RoPE plane, the other layer does.
     by_layers = {r["layers"]: r for r in rp.to_dict("records")}
     assert by_layers["nope"]["share_heads_rotating"] == 0
@@ -693,3 +696,37 @@ def test_findings_from_the_models_index_are_the_views_rows_and_follow_every_chan
     finally:
         con.close()
     assert sorted((r["id"], r["scope"], r["status"]) for r in json.loads(result.stdout)) == view
+
+
+def test_a_model_ingested_in_some_of_its_layers_says_so_at_ingest_in_findings_and_in_the_report(runner, tmp_path):
+    # issue 37: findings over a subset of layers are about those layers, and every place that shows them says so
+    data, home = tmp_path / "ds", tmp_path / "home"
+    simulate(data, model="sub", family="Sim", seed=3, layers=6, q_heads=4, kv_heads=2, head_dim=16, vectors=300,
+             workers=1)
+    result = api.ingest(data, home=home, heads="1-3", workers=1)
+    assert any("3 of its 6 layers have heads to ingest (1, 2, 3)" in n for n in result.notes)
+    con = api.connect(home)
+    try:
+        row = con.execute("select n_layers, layers_ingested, layers, subset, description from ingested_layers").fetchall()
+        assert row == [(6, 3, [1, 2, 3], True, "layers 1-3 of 6")]
+        assert api.layer_subset_notes(con) == [
+            'sub: layers 1-3 of 6 ingested: its findings and their intervals are about those layers, not the layers '
+            'never captured (docs/findings.md, "A subset of layers")']
+    finally:
+        con.close()
+    res = runner.invoke(app, ["findings", "--home", str(home)])
+    assert res.exit_code == 0 and "sub: layers 1-3 of 6 ingested: its findings and their intervals" in res.stderr
+    out = tmp_path / "r.html"
+    assert runner.invoke(app, ["report", "--home", str(home), "-o", str(out)]).exit_code == 0
+    assert "sub: layers 1-3 of 6 ingested" in out.read_text()
+    # every layer, or scattered ones
+    api.ingest(data, model="whole", home=home, workers=1)
+    api.ingest(data, model="some", home=home, heads="l00h00,l02h01,l05h03", workers=1)
+    con = api.connect(home)
+    try:
+        got = dict(con.execute("select model, description from ingested_layers").fetchall())
+    finally:
+        con.close()
+    assert got["whole"] == "all 6 layers" and got["some"] == "3 of 6 layers (0, 2, 5)"
+    res = runner.invoke(app, ["findings", "--home", str(home)])
+    assert "whole:" not in res.stderr and "some: 3 of 6 layers (0, 2, 5) ingested" in res.stderr
