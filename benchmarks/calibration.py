@@ -146,6 +146,9 @@ def connect(models: list[dict[str, pa.Table]], intervals: bool = True):
 # --------------------------------------------------------------------------------------------
 
 D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS = 32, 512, 2048, 8192
+# Bumped whenever the findings change (truths cached under an older version lack the new ones):
+# 2 = the plasticity and recency findings (issue 38).
+TRUTH_VERSION = 2
 LAYER_SEED = 777  # the `layers` setting's one model
 
 
@@ -329,7 +332,7 @@ def only_layers(tables: dict[str, pa.Table], layers: list[int]) -> dict[str, pa.
 def truth_cache() -> Path:
     from platformdirs import user_cache_path
 
-    return user_cache_path("qkdb") / "bench" / f"calibration-truth-{D}x{TRUTH_VECTORS}x{TRUTH_HEADS}"
+    return user_cache_path("qkdb") / "bench" / f"calibration-truth-{TRUTH_VERSION}-{D}x{TRUTH_VECTORS}x{TRUTH_HEADS}"
 
 
 def truth_tables(name: str) -> dict[str, pa.Table]:

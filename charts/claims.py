@@ -17,8 +17,8 @@ from qkdb.charts import registry
 
 @dataclass(frozen=True)
 class ClaimGroup:
-    key: str  # the finding-id prefix, e.g. "003.F4"
-    seed: str  # "003" or "002"
+    key: str  # the finding-id prefix, e.g. "003.F4" (its first part is the seed)
+    seed: str  # the report's part: "003", "002", or "ecl" (plasticity and effective context)
     label: str  # where the seed states it: "Finding 4", "figure 08", "Lemma"
     claim: str  # the seed's claim, one sentence (plain text, Unicode notation)
     headline: str  # the findings row the scorecard shows for the group
@@ -37,6 +37,7 @@ class ClaimGroup:
 SEEDS = {
     "003": "Seed 003 · combined Q/K PCA",
     "002": "Seed 002 · planar rotation",
+    "ecl": "Plasticity and effective context",
 }
 
 GROUPS: tuple[ClaimGroup, ...] = (
@@ -89,6 +90,14 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("002.F6", "002", "Finding 6",
                "Long-context training collapses the recency bias (−91%) through the K drift slope (−93%).",
                "002.F6.lc_bias", figures=("series-trajectory", "series-bias-decomposition")),
+    ClaimGroup("003.ap", "ecl", "testable hypotheses",
+               "The taxonomy predicts attention plasticity (content-focused > Q-positional > position-dominated), "
+               "plasticity falls along the context, and long-context training raises it.",
+               "003.ap.content_vs_qpos",
+               figures=("plasticity-by-taxonomy", "plasticity-profile", "plasticity-heatmap", "series-plasticity")),
+    ClaimGroup("002.recency", "ecl", "recency term",
+               "The logits carry a recency term μQ^a·αK·j: each head's measured logit slope in the key position is its bias strength.",
+               "002.recency.corr", figures=("recency-check",)),
 )
 
 # The front page's headline figures, best first; the report shows the first few the data supports.

@@ -24,6 +24,7 @@ GROUPS = {
     "rotation": "Cross-model: planar rotation (seed 002)",
     "series-pca": "Training series: combined Q/K PCA (seed 003, figures 07–12)",
     "series-rotation": "Training series: planar rotation (seed 002, figures 09–10)",
+    "plasticity": "Plasticity and effective context (seed 003's hypotheses, seed 002's recency term)",
 }
 
 
@@ -80,6 +81,11 @@ FIGURES: dict[str, Figure] = {
         Figure("series-phase-portraits", "PCA 12", "PC0 r_q vs r_k per head, a panel per checkpoint", "series-pca", "series_phase_portraits.build", "series"),
         Figure("series-trajectory", "rotation 09", "median and IQR of |r_k_a|, separation, bias, plane variance per checkpoint", "series-rotation", "series_trajectory.build", "series"),
         Figure("series-bias-decomposition", "rotation 10", "Q mean on a, K drift slope and bias per checkpoint, change in long-context training", "series-rotation", "series_bias_decomposition.build", "series"),
+        Figure("plasticity-profile", "plasticity 01", "per model: every head's AP by decile of query position (grey) and the mean (bold), estimator selectable", "plasticity", "plasticity.build_profile", "models"),
+        Figure("plasticity-heatmap", "plasticity 02", "AP over the distance between the two keys × from the query to them (log2 bins), a panel per model", "plasticity", "plasticity.build_heatmap", "models"),
+        Figure("plasticity-by-taxonomy", "plasticity 03", "AP per head by taxonomy category, a panel per family (seed 003's prediction)", "plasticity", "plasticity.build_by_taxonomy", "models"),
+        Figure("recency-check", "plasticity 04", "measured logit slope against bias strength per head, a panel per family, y = x", "plasticity", "recency_check.build", "models"),
+        Figure("series-plasticity", "plasticity 05", "AP first / last fifth, their drop and bias strength along a checkpoint series", "plasticity", "plasticity.build_series", "series"),
     )
 }
 

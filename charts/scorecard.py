@@ -124,7 +124,7 @@ def scorecard(findings: list[dict], given: dict[tuple[str, str], dict]) -> str:
         rs = group_rows(g, findings)
         status = claim_verdict(rs)
         h = headline(g, rs) or {}
-        claim = (f'<span class="seedtag">{g.seed} · {html.escape(g.label)}</span> '
+        claim = (f'<span class="seedtag">{g.key.split(".")[0]} · {html.escape(g.label)}</span> '
                  f'<a href="#{g.anchor}">{html.escape(g.claim)}</a>')
         if status == MIXED:
             listed = [r for r in rs if r.get("status") not in (None, NO_DATA)]

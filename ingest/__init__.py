@@ -19,6 +19,8 @@ __getattr__, __dir__ = facade(__name__, {
     # options
     "IngestOptions": "qkdb.ingest.options",
     "FIT_ROWS": "qkdb.ingest.options",
+    "PLASTICITY_PAIRS": "qkdb.ingest.options",
+    "PLASTICITY_QUERIES": "qkdb.ingest.options",
     # sources
     "Source": "qkdb.ingest.sources",
     "open_source": "qkdb.ingest.sources",
@@ -33,6 +35,7 @@ __getattr__, __dir__ = facade(__name__, {
     "HeadSelection": "qkdb.ingest.sources.select",
     "read_metadata": "qkdb.ingest.sources.layout",
     "discover": "qkdb.ingest.sources.layout",
+    "largest_position": "qkdb.ingest.sources.layout",
     "HEAD_DIR": "qkdb.ingest.sources.layout",
     "VALUE_BOUND": "qkdb.ingest.sources.layout",
     "hub": "module:qkdb.ingest.sources.hub",

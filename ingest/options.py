@@ -29,8 +29,15 @@ FIT_ROWS = 2048
 # The fields that change the computed numbers, in the order ingest_runs.parameters records them.
 COMPUTE_FIELDS = (
     "n_components", "b_method", "max_vectors", "min_vectors", "points", "collage", "n_collage", "complement",
-    "fit_rows", "seed", "skip_bad_heads", "drop_bad_vectors",
+    "fit_rows", "seed", "skip_bad_heads", "drop_bad_vectors", "plasticity", "plasticity_pairs", "plasticity_queries",
 )
+
+# Attention plasticity (SPEC §4.5, docs/plasticity.md): key pairs drawn per position bin, and the queries
+# per bin the empirical estimator compares each pair with (a seeded sample; None: every query of the
+# bin). The empirical estimator's cost is queries × pairs × head_dim per bin: at every query it would
+# cost more than the rest of the ingest (docs/benchmarks.md, "Plasticity").
+PLASTICITY_PAIRS = 1024
+PLASTICITY_QUERIES = 128
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class IngestOptions:
     # Rows whose vector holds NaN, ±inf or a value beyond ±VALUE_BOUND: dropped (counted in
     # heads.n_dropped) instead of refusing the file. Off: such a file is bad input.
     drop_bad_vectors: bool = False
+    # Attention plasticity and the recency check (tables plasticity, plasticity_profile, plasticity_2d, recency)
+    plasticity: bool = True
+    plasticity_pairs: int = PLASTICITY_PAIRS
+    plasticity_queries: int | None = PLASTICITY_QUERIES
     # -- how to run --------------------------------------------------------------------------
     workers: int | None = None  # worker processes (default: the cores, at most 8)
     force: bool = False  # re-ingest even when the same data was ingested with the same parameters
@@ -84,6 +95,9 @@ class IngestOptions:
             (self.min_vectors >= 2, "min_vectors must be >= 2"),
             (self.fit_rows is None or self.fit_rows >= 2, "fit_rows must be >= 2 (or None for every vector)"),
             (self.points >= 0, "points must be >= 0"),
+            (self.plasticity_pairs >= 1, "plasticity_pairs must be >= 1"),
+            (self.plasticity_queries is None or self.plasticity_queries >= 2,
+             "plasticity_queries must be >= 2 (or None for every query)"),
             (self.n_collage >= 0, "n_collage must be >= 0"),
             (self.b_method in ("eig", "mean_diff"), "b_method must be 'eig' or 'mean_diff'"),
             (self.rope_pairing in (None, "half", "interleaved"), "rope_pairing must be 'half' or 'interleaved'"),

@@ -16,14 +16,14 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qkdb import warehouse
 from qkdb.ingest import (
-    VALUE_BOUND, HeadSelection, capture_record, check_pre_rope, collage_heads, dataset_facts, default_workers, discover, open_source,
-    read_metadata, read_saver_state, recorded_facts_notes, resolve_spec, plane_layout, run_groups, spec_notes,
-    tune_ingest_process,
+    VALUE_BOUND, HeadSelection, capture_record, check_pre_rope, collage_heads, dataset_facts, default_workers, discover,
+    largest_position, open_source, read_metadata, read_saver_state, recorded_facts_notes, registry, resolve_spec,
+    plane_layout, run_groups, spec_notes, tune_ingest_process,
 )
 from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
 from qkdb._version import version
@@ -99,6 +99,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     spec = resolve_spec(name, recorded, **options.facts())
     warehouse.store.check_model_name(spec.model)
     spec = plane_layout.reconcile_options(spec, options, metadata)
+    spec = replace(spec, context_length=_context_length(spec, metadata, found))
     rope_notes = check_pre_rope(spec) + plane_layout.check_rope(spec, options)
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the planning and warehouse work below.
@@ -112,8 +113,40 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     capture = capture_record(metadata, state)
     fp = fingerprint(source.fingerprint() + (capture or ""), spec, options)
     notes = ([f"ignored folder {p}" for p in source.ignored] + recorded_facts_notes(name, recorded, **options.facts())
-             + spec_notes(spec, options.complement) + rope_notes)
+             + spec_notes(spec, options.complement) + rope_notes + _layer_subset_note(spec, source.planned))
     return _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes, capture=capture)
+
+
+def _context_length(spec, metadata: dict, found) -> int | None:
+    """The context length L plasticity's bins divide: the capture's, the registry's for its Hub captures, or the data's.
+
+    A ``qkdb sniff`` capture records its texts' ``max_length``, a simulation its ``max_position``; the
+    registry knows its Hub captures' (``registry.HUB_CONTEXT_LENGTH``); a local dataset without either
+    gives its largest position + 1 (parquet statistics, no data read). None otherwise: each head then
+    takes its own largest position + 1.
+    """
+    capture = metadata.get("capture") if isinstance(metadata.get("capture"), dict) else {}
+    for key in ("max_length", "max_position"):
+        value = capture.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    hub = registry.hub_context_length(spec)
+    if hub is not None:
+        return hub
+    if found is not None:
+        top = largest_position([hf.path for table in (found.queries, found.keys) for hf in table.values()])
+        return None if top is None else top + 1
+    return None
+
+
+def _layer_subset_note(spec, planned) -> list[str]:
+    """A note when the heads to ingest cover some of the model's layers only (its findings are then about those)."""
+    layers = sorted({layer for layer, _ in planned})
+    if not spec.n_layers or not layers or len(layers) >= spec.n_layers:
+        return []
+    shown = ", ".join(map(str, layers[:8])) + (", ..." if len(layers) > 8 else "")
+    return [f"{spec.model}: {len(layers)} of its {spec.n_layers} layers have heads to ingest ({shown}): its findings "
+            "and their intervals will be about those layers (docs/findings.md, \"A subset of layers\")"]
 
 
 def run(path: Path | None, name: str | None, options, *, kind: str | None, home: Path,

@@ -81,6 +81,14 @@ pooled as materialized (
     cross join n_pooled np
     where s.scope = 'overall'
 ),
+-- Each pooled head's plasticity (the empirical estimator, the primary one) and measured logit slope.
+plas as materialized (
+    select p.*, pl.ap_overall, pl.ap_drop, rc.logit_slope, rc.predicted_slope
+    from pooled p
+    left join plasticity pl on pl.model = p.source_model and pl.layer = p.layer and pl.head = p.head
+        and pl.estimator = 'empirical'
+    left join recency rc on rc.model = p.source_model and rc.layer = p.layer and rc.head = p.head
+),
 -- The seed's model groups (seed 003 Finding 1 table, Finding 4, seed 002 figure 05).
 seed_groups(grp, label, family, models) as (
     values
@@ -146,6 +154,13 @@ sp as materialized (
     join fvb h on h.scope = 'model' and (h.model = s.from_model or h.model = s.to_model)
     -- The 'first' span has one checkpoint: one arm.
     where s.span <> 'first' or h.model = s.to_model
+),
+-- The series spans' heads with their plasticity (empirical).
+spp as materialized (
+    select s.*, pl.ap_overall, pl.ap_last20
+    from sp s
+    left join plasticity pl on pl.model = s.model and pl.layer = s.layer and pl.head = s.head
+        and pl.estimator = 'empirical'
 ),
 rows as (
     -- seed 003 --------------------------------------------------------------------------------
@@ -224,7 +239,30 @@ rows as (
         (category = 'position-dominated')::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sp where span = 'all'
     union all by name
     select '003.fig09.pc0_ev' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, explained_variance as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max, b_pc0_ev as x_bias from sp where span = 'all'
+    union all by name
+    -- Plasticity: seed 003's testable hypotheses (the taxonomy predicts it; it falls with position;
+    -- long-context training raises it). x and y of a difference are heads of two categories.
+    select '003.ap.content_vs_qpos' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u,
+        case when category = 'content-focused' then ap_overall end as x,
+        case when category = 'q-positional' then ap_overall end as y, g, layer, est as estimand, 0 as x_min, 1 as x_max
+    from plas
+    union all by name
+    select '003.ap.qpos_vs_posdom' as id, 'overall' as scope, 'diff_of_means' as stat, m, m as c, u,
+        case when category = 'q-positional' then ap_overall end as x,
+        case when category = 'position-dominated' then ap_overall end as y, g, layer, est as estimand, 0 as x_min, 1 as x_max
+    from plas
+    union all by name
+    select '003.ap.drop' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, ap_drop as x, g, layer, est as estimand, -1 as x_min, 1 as x_max from plas
+    union all by name
+    select '003.ap.lc_overall' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, ap_overall as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from spp where span = 'long_context'
+    union all by name
+    select '003.ap.lc_last20' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, ap_last20 as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from spp where span = 'long_context'
     -- seed 002 --------------------------------------------------------------------------------
+    union all by name
+    -- The recency term against the logits it claims to explain (table recency).
+    select '002.recency.corr' as id, 'overall' as scope, 'corr' as stat, m, m as c, u, logit_slope as x, predicted_slope as y, g, layer, est as estimand from plas
+    union all by name
+    select '002.recency.ratio' as id, 'overall' as scope, 'ratio_of_means' as stat, m, m as c, u, logit_slope as x, predicted_slope as y, g, layer, est as estimand from plas
     union all by name
     select '002.F1.abs_r_k_a' as id, 'overall' as scope, 'mean' as stat, m, m as c, u, abs(r_k_a) as x, g, layer, est as estimand, 0 as x_min, 1 as x_max, b_abs_r_k_a as x_bias from pooled
     union all by name

@@ -97,6 +97,11 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     (173, '003.F6.position_dominated', '003', 'Finding 6', 'Position-dominated share grows in long-context training: change', 'series (SmolLM3-3B in the seed)', '58% -> 71%', 0.13, 'change', 0, null, null, 'pct', 'pct'),
     (180, '003.fig08.position_dominated', '003', 'figure 08', 'Position-dominated share grows over the whole series: change from the first to the last checkpoint', 'series (SmolLM3-3B in the seed)', '34% -> 71%', 0.37, 'change', 0, null, null, 'pct', 'pct'),
     (181, '003.fig09.pc0_ev', '003', 'figure 09', 'PC0 explained variance grows over the whole series: change', 'series (SmolLM3-3B in the seed)', '0.19 -> 0.34', 0.15, 'change', 0, null, null, 'r', 'r'),
+    (190, '003.ap.content_vs_qpos', '003', 'Plasticity prediction', 'The taxonomy predicts attention plasticity: mean AP (empirical, over the context) of content-focused heads minus that of Q-positional heads', 'overall', 'content > Q-positional', null, 'above', 0, null, null, 'f3', null),
+    (191, '003.ap.qpos_vs_posdom', '003', 'Plasticity prediction', 'The taxonomy predicts attention plasticity: mean AP of Q-positional heads minus that of position-dominated heads', 'overall', 'Q-positional > positional', null, 'above', 0, null, null, 'f3', null),
+    (192, '003.ap.drop', '003', 'Plasticity prediction', 'Plasticity falls with query position: mean over heads of AP in the first fifth of the context less AP in the last fifth (ap_drop)', 'overall', 'AP falls along the context', null, 'above', 0, null, null, 'f3', null),
+    (193, '003.ap.lc_overall', '003', 'LC hypothesis', 'Long-context training raises attention plasticity: change of mean AP over the context, last short-context checkpoint -> end of long-context training', 'series (SmolLM3-3B in the seed)', 'rises (testable hypothesis)', null, 'above', 0, null, null, 'f3', 'f3'),
+    (194, '003.ap.lc_last20', '003', 'LC hypothesis', 'Long-context training raises plasticity at the end of the context: change of mean AP in the last fifth', 'series (SmolLM3-3B in the seed)', 'rises (testable hypothesis)', null, 'above', 0, null, null, 'f3', 'f3'),
     -- seed 002: planar rotation ------------------------------------------------------------
     (200, '002.F1.abs_r_k_a', '002', 'Finding 1', 'Mean |r_k| on the drift axis a', 'overall', '0.87', 0.87, 'point', null, null, 'r', 'r', null),
     (201, '002.F1.abs_r_q_a', '002', 'Finding 1', 'Mean |r_q| on the drift axis a', 'overall', '0.74', 0.74, 'point', null, null, 'r', 'r', null),
@@ -129,6 +134,8 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     (255, '002.F6.lc_mu_q_a', '002', 'Finding 6', 'mu_q_a grows in long-context training: % change of the mean', 'series (SmolLM3-3B in the seed)', '+43% (4.65 -> 6.64)', 43, 'change', 0, null, null, 'pctchg', 'num'),
     (256, '002.F6.lc_abs_r_k_a', '002', 'Finding 6', '|r_k_a| stays near-perfect in long-context training: change of the mean', 'series (SmolLM3-3B in the seed)', '0.918 -> 0.905', -0.013, 'point', null, null, 'r', 'f3', 'f3'),
     (257, '002.F6.lc_separation', '002', 'Finding 6', 'separation_strength grows in long-context training: % change of the mean', 'series (SmolLM3-3B in the seed)', '+10%', 10, 'change', 0, null, null, 'pctchg', 'f3'),
+    (260, '002.recency.corr', '002', 'Score model', 'The recency term mu_Q^a * alpha_K explains the logits: Pearson r over heads of the measured logit slope per token of key position with bias_strength', 'overall', 'mu_Q^a * alpha_K * j in the logits', null, 'above', 0, null, null, 'r', null),
+    (261, '002.recency.ratio', '002', 'Score model', 'The recency term is the logits'' slope: mean measured logit slope / mean bias_strength', 'overall', 'slope = bias (1x)', 1, 'point', null, null, 'ratio', 'x', null),
     (258, '002.F6.lc_plane_var', '002', 'Finding 6', 'plane_var_fraction grows in long-context training: % change of the mean', 'series (SmolLM3-3B in the seed)', '+14%', 14, 'change', 0, null, null, 'pctchg', 'pct')),
 claims as (
     select

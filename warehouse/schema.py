@@ -265,6 +265,78 @@ POINTS = Table(
     ),
 )
 
+ESTIMATOR = Column("estimator", s, "How p = Pr_q[q.k_a > q.k_c] is estimated per key pair: 'empirical' (the share of the bin's queries, model-free; the primary one), 'gaussian' (the queries as a Gaussian with a Ledoit-Wolf-shrunk covariance) or 'thesis' (the seed author's closed form along the query drift direction; diagonal, not rotation-invariant). docs/plasticity.md.")
+
+PLASTICITY = Table(
+    "plasticity",
+    "Attention plasticity (seed 003's testable hypothesis, SPEC 4.5): per head and estimator, how much the query decides which of two earlier keys wins (AP: 1 the query decides, 0 position does), over the context and at its start and end.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        ESTIMATOR,
+        Column("context_length", i64, "L, the context length the bins divide (tokens): the capture's recorded max length, else the registry's for its captures, else the model's largest position + 1."),
+        Column("ap_overall", f64, "Mean AP over the decile bins with a value, each weighted by its queries."),
+        Column("ap_first20", f64, "AP over the decile bins whose upper edge is at most 0.2 L (the first bin has no earlier keys: in practice the second decile)."),
+        Column("ap_last20", f64, "AP over the decile bins whose lower edge is at least 0.8 L."),
+        Column("ap_drop", f64, "ap_first20 - ap_last20: how much plasticity falls from the start of the context to its end."),
+        Column("ap_retention", f64, "ap_last20 / ap_first20."),
+        Column("n_pairs", i64, "Key pairs behind the decile bins (up to plasticity_pairs per bin)."),
+        Column("gauss_gap", f64, "Mean over decile bins of |AP_gaussian - AP_empirical|: how far the Gaussian model of the queries is from the queries."),
+        Column("notes", s, "Bins without a value and why (fewer than 32 queries, no key pair before them), NULL when every bin has one."),
+    ),
+)
+
+PLASTICITY_PROFILE = Table(
+    "plasticity_profile",
+    "Attention plasticity by query position: one row per head, estimator and bin (deciles of the context; length bins (L/2, L] tokens for L = 1024, 2048, ...).",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        ESTIMATOR,
+        Column("bin_kind", s, "'decile' (positions [k L/10, (k+1) L/10)) or 'length' (queries with t + 1 tokens of context in (L_k/2, L_k], L_k = 1024 * 2^k; the first [1, 1024])."),
+        Column("bin", i32, "The bin's index (decile 0-9; length bin k)."),
+        Column("lo", i64, "First query position of the bin."),
+        Column("hi", i64, "One past its last query position (for a length bin: L_k, the context length it stands for)."),
+        Column("tau", f64, "Mean position of the bin's queries (NULL without queries)."),
+        Column("n_q", i64, "Queries in the bin."),
+        Column("n_pairs", i64, "Admissible key pairs drawn: same text, both keys before the bin's first query (and within a sliding window of tau)."),
+        Column("ap", f64, "Mean pair plasticity 4p(1-p) over the pairs (NULL: fewer than 32 queries or no pair)."),
+    ),
+)
+
+PLASTICITY_2D = Table(
+    "plasticity_2d",
+    "Attention plasticity (empirical) by the distance between the two keys and from the query to them (log2 bins): the thesis's heatmaps, per head.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("key_distance_bin", i32, "floor(log2 |s_a - s_c|): the two keys are [2^bin, 2^(bin+1)) tokens apart."),
+        Column("query_distance_bin", i32, "floor(log2 (tau - (s_a + s_c)/2)): the bin's mean query is that far (tokens) after the keys' midpoint."),
+        Column("n_pairs", i64, "Key pairs in the cell (over the decile bins)."),
+        Column("ap", f64, "Mean pair plasticity of those pairs (empirical estimator)."),
+    ),
+)
+
+RECENCY = Table(
+    "recency",
+    "The recency term against the logits (seed 002): per head, the measured slope of q.k_s in the key position s against bias_strength = mu_q_a * alpha_k, which claims to predict it.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("logit_slope", f64, "Mean over queries of the OLS slope of q_i.k_s on s over the keys of its own text before it, weighted by keys per query (logit per token, before the attention scale)."),
+        Column("logit_slope_se", f64, "Its standard error over texts (texts as clusters); NULL with one text."),
+        Column("predicted_slope", f64, "bias_strength = mu_q_a * alpha_k: seed 002's recency term per token, in the same units."),
+        Column("slope_ratio", f64, "logit_slope / predicted_slope."),
+        Column("n_queries", i64, "Queries with at least two earlier keys of their text."),
+        Column("n_texts", i64, "Texts they come from."),
+        Column("mean_keys", f64, "Mean number of earlier keys per query."),
+    ),
+)
+
 INGEST_RUNS = Table(
     "ingest_runs",
     "One row per successful ingest: source, revision, parameters, versions, timing, heads done and skipped.",
@@ -289,7 +361,8 @@ INGEST_RUNS = Table(
 )
 
 TABLES: dict[str, Table] = {
-    t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, INGEST_RUNS)
+    t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, PLASTICITY, PLASTICITY_PROFILE,
+                        PLASTICITY_2D, RECENCY, INGEST_RUNS)
 }
 
 # Tables derived from the published models as a whole, rewritten after every publish or removal

@@ -12,7 +12,9 @@ from qkdb.ingest.metrics.complement import complement_pairs
 from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.metrics.pca import combined_pca, qk_accuracy
+from qkdb.ingest.metrics.plasticity import ESTIMATORS, head_plasticity
 from qkdb.ingest.metrics.points import sample_points
+from qkdb.ingest.metrics.recency import head_recency
 from qkdb.ingest.metrics.rope_planes import rope_planes, strongest_plane
 from qkdb.ingest.metrics.rotation import planar_rotation
 from qkdb.ingest.engine.plane_layout import RopeLayout
@@ -44,6 +46,8 @@ class HeadContext:
     rope_planes: bool = True
     # The layer's RoPE layout (plane_layout.layer_layout); None: no RoPE planes for this head
     rope: RopeLayout | None = None
+    # The context length L plasticity's bins divide (tokens); None: the head's largest position + 1
+    context_length: int | None = None
 
 
 @dataclass
@@ -201,6 +205,8 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         )
         rows.tables["rotation"]["omega"] = omega
         rows.tables["rotation"]["omega_r_squared"] = omega_r2
+    if options.plasticity:
+        _plasticity(q, k, ctx, options, rot.columns.get("bias_strength"), rows, stream(54))
     if options.points:
         rows.tables["points"] = {
             "layer": ctx.layer,
@@ -213,3 +219,55 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
             ),
         }
     return rows
+
+
+def _plasticity(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions, bias_strength,
+                rows: HeadRows, rng: np.random.Generator) -> None:
+    """Plasticity (every estimator, by bin and in 2-D) and the recency check of one head (SPEC §4.5).
+
+    Both need to know which text each vector comes from (a key pair is of one text; a query's
+    slope is over its own text's keys): files without ``example_id`` get neither, said once per head.
+    """
+    if q.data.example_id is None or k.data.example_id is None:
+        rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: no example_id, so no texts: no plasticity or recency")
+        return
+    t_q, t_k = q.data.positions, k.data.positions
+    length = ctx.context_length
+    if length is None:
+        length = int(max(t_q.max(), t_k.max())) + 1
+    length = max(int(length), 10)
+    got = head_plasticity(q.data.vectors, t_q, k.data.vectors, t_k, k.data.example_id, length, rng,
+                          window=q.data.sliding_window, max_pairs=options.plasticity_pairs,
+                          max_queries=options.plasticity_queries)
+    n_est = len(ESTIMATORS)
+    rows.tables["plasticity"] = {
+        "layer": np.full(n_est, ctx.layer), "head": np.full(n_est, ctx.head), "estimator": list(ESTIMATORS),
+        "context_length": np.full(n_est, length),
+        **{c: np.array([got["summary"][e][c] for e in ESTIMATORS]) for c in
+           ("ap_overall", "ap_first20", "ap_last20", "ap_drop", "ap_retention", "n_pairs")},
+        "gauss_gap": np.full(n_est, got["gauss_gap"]), "notes": [got["notes"]] * n_est,
+    }
+    bins = got["bins"]
+    n = len(bins) * n_est
+    rows.tables["plasticity_profile"] = {
+        "layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head),
+        "estimator": [e for e in ESTIMATORS for _ in bins],
+        "bin_kind": [b.bin.kind for _ in ESTIMATORS for b in bins],
+        "bin": np.array([b.bin.index for _ in ESTIMATORS for b in bins], np.int64),
+        "lo": np.array([b.bin.lo for _ in ESTIMATORS for b in bins], np.int64),
+        "hi": np.array([b.bin.hi for _ in ESTIMATORS for b in bins], np.int64),
+        "tau": np.array([b.tau for _ in ESTIMATORS for b in bins], np.float64),
+        "n_q": np.array([b.n_q for _ in ESTIMATORS for b in bins], np.int64),
+        "n_pairs": np.array([b.n_pairs for _ in ESTIMATORS for b in bins], np.int64),
+        "ap": np.array([b.ap[e] for e in ESTIMATORS for b in bins], np.float64),
+    }
+    cells = got["map"]
+    rows.tables["plasticity_2d"] = {
+        "layer": np.full(len(cells), ctx.layer), "head": np.full(len(cells), ctx.head),
+        "key_distance_bin": np.array([c[0] for c in cells], np.int64),
+        "query_distance_bin": np.array([c[1] for c in cells], np.int64),
+        "n_pairs": np.array([c[2] for c in cells], np.int64), "ap": np.array([c[3] for c in cells], np.float64),
+    }
+    rec = head_recency(q.data.vectors, t_q, q.data.example_id, k.data.vectors, t_k, k.data.example_id,
+                       None if bias_strength is None or not np.isfinite(bias_strength) else float(bias_strength))
+    rows.tables["recency"] = {"layer": ctx.layer, "head": ctx.head, **rec}

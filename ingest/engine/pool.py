@@ -56,6 +56,7 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         collage=collage,
         rope_planes=spec.rope != "none",
         rope=_layer_layout(spec, layer, head_dim),
+        context_length=spec.context_length,
     )
 
 

@@ -168,6 +168,27 @@ def discover(root: str | os.PathLike) -> Discovery:
     return found
 
 
+def largest_position(paths) -> int | None:
+    """The largest token position in the head files ``paths``, from their parquet footers' statistics.
+
+    Reads no data page (statistics are written by every parquet writer qkdb knows); None when a file
+    has no statistics for ``position`` or cannot be read (then the caller has no model-wide answer).
+    """
+    top = None
+    for path in paths:
+        try:
+            meta = pq.ParquetFile(path).metadata
+            col = meta.schema.to_arrow_schema().get_field_index("position")
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(col).statistics
+                if stats is None or not stats.has_min_max:
+                    return None
+                top = int(stats.max) if top is None else max(top, int(stats.max))
+        except (OSError, pa.ArrowException, ValueError, KeyError):
+            return None
+    return top
+
+
 def read_metadata(root: str | os.PathLike) -> dict:
     """The dataset's ``qkdb_dataset.json`` as a dict, or ``{}`` when there is none."""
     path = Path(root) / METADATA_FILE

@@ -42,6 +42,8 @@ class ModelSpec:
     # layers', and each layer's where they differ
     rope_attention_factor: float | None = None
     layer_rope_attention_factor: tuple[float | None, ...] | None = None
+    # The context length plasticity's bins divide (tokens): the capture's max length (see context_length)
+    context_length: int | None = None
     # the capture stored vectors before RoPE (qkdb sniff --pre-rope): the ingest rotates them by the RoPE the
     # capture recorded before computing anything (ingest/engine/pre_rope.py)
     pre_rope: bool = False
@@ -163,6 +165,21 @@ HUB_POSITION_SCALING = {
         "beta": 0.1, "original_max_position_embeddings": 16384, "layers": "all", "removed": False,
     }],
 }
+
+
+# The texts' length (tokens) of the Hub's captures, which models.csv has no column for: qk-sniffer's
+# configs/attention-plasticity captured texts of viktoroo/longbench-pro-128k-plus with max_length 131,072
+# (SmolLM3's checkpoints 65,536; ../shared/NOTES.md, "Verified in the third round"); Mistral-7B-v0.2's
+# captures stop at 32,768 tokens, its trained context (../shared/benchmarks/README.md).
+HUB_CONTEXT_LENGTH = 131072
+HUB_CONTEXT_LENGTH_BY = {"SmolLM3": 65536, "mistral-v0.2-7b": 32768}
+
+
+def hub_context_length(spec: "ModelSpec") -> int | None:
+    """The context length of a registry model's Hub capture (None for a model outside the registry)."""
+    if not spec.in_registry:
+        return None
+    return HUB_CONTEXT_LENGTH_BY.get(spec.model, HUB_CONTEXT_LENGTH_BY.get(spec.family, HUB_CONTEXT_LENGTH))
 
 
 def _int(v: str) -> int | None:

@@ -13,7 +13,7 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
 from qkdb.errors import HubError, InputError, QkdbError, UsageError
-from qkdb.ingest import FIT_ROWS, IngestOptions
+from qkdb.ingest import FIT_ROWS, PLASTICITY_PAIRS, PLASTICITY_QUERIES, IngestOptions
 
 
 def _parse_fit_rows(text: str) -> int | None:
@@ -26,6 +26,18 @@ def _parse_fit_rows(text: str) -> int | None:
     if rows < 2:
         raise InputError(f"--fit-rows takes a number of vectors (at least 2) or 'all', not {text!r}")
     return rows
+
+
+def _parse_plasticity_queries(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 2:
+        raise InputError(f"--plasticity-queries takes a number of queries (at least 2) or 'all', not {text!r}")
+    return n
 
 
 def _parse_collage(text: Optional[str]) -> tuple[tuple[int, int], ...]:
@@ -64,6 +76,9 @@ def ingest(
     collage_heads: Annotated[Optional[str], typer.Option("--collage-heads", help="Extra heads (l03h07,…) whose complement scores are stored.")] = None,
     no_complement: Annotated[bool, typer.Option("--no-complement", help="Skip complement pairs and RoPE planes.")] = False,
     fit_rows: Annotated[str, typer.Option("--fit-rows", help="Vectors per head (seeded, Q and K in proportion) for the complement and RoPE-plane statistics, or 'all'. Fewer is faster and noisier.")] = str(FIT_ROWS),
+    no_plasticity: Annotated[bool, typer.Option("--no-plasticity", help="Skip attention plasticity and the recency check (tables plasticity*, recency; docs/plasticity.md).")] = False,
+    plasticity_pairs: Annotated[int, typer.Option("--plasticity-pairs", help="Key pairs drawn per position bin for plasticity.")] = PLASTICITY_PAIRS,
+    plasticity_queries: Annotated[str, typer.Option("--plasticity-queries", help="Queries per bin the empirical plasticity estimator compares with every pair (seeded), or 'all'. More is slower and less noisy.")] = str(PLASTICITY_QUERIES),
     seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
     skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
     drop_bad_vectors: Annotated[bool, typer.Option("--drop-bad-vectors", help="Drop rows whose vector holds NaN, ±inf or a value beyond ±65504 (counted in heads.n_dropped) instead of refusing the file.")] = False,
@@ -86,7 +101,8 @@ def ingest(
             n_layers=n_layers, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta,
             rope_pairing=rope_pairing, rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components,
             b_method=b_method, points=points, collage=_parse_collage(collage_heads), complement=not no_complement,
-            fit_rows=_parse_fit_rows(fit_rows), seed=seed, skip_bad_heads=skip_bad_heads,
+            fit_rows=_parse_fit_rows(fit_rows), seed=seed, skip_bad_heads=skip_bad_heads, plasticity=not no_plasticity,
+            plasticity_pairs=plasticity_pairs, plasticity_queries=_parse_plasticity_queries(plasticity_queries),
             drop_bad_vectors=drop_bad_vectors, workers=workers, force=force, wait=wait,
         )
     except ValueError as exc:  # an option out of range is the user's input

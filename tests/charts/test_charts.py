@@ -34,6 +34,7 @@ SPEC_NAMES = [
     "bias-vs-separation", "complement-collage", "series-position-signal", "series-taxonomy",
     "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
     "series-trajectory", "series-bias-decomposition",
+    "plasticity-profile", "plasticity-heatmap", "plasticity-by-taxonomy", "recency-check", "series-plasticity",
 ]
 
 @pytest.fixture(scope="session")
@@ -306,6 +307,22 @@ GOLDEN = {
         {"mark": "line", "encoding": ["color=factor:nominal", "x=checkpoint:nominal", "y=value:quantitative"]},
     ]}},
 }
+GOLDEN.update({
+    "plasticity-profile": {"facet": {"facet": "model"}, "spec": {"layer": [
+        {"mark": "line", "encoding": ["detail=head:nominal", "x=x:quantitative", "y=ap:quantitative"]},
+        {"mark": "line", "encoding": ["x=x:quantitative", "y=ap:quantitative"]}]}},
+    "plasticity-heatmap": {"facet": {"facet": "model"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["color=ap:quantitative", "x=key_distance:ordinal", "y=query_distance:ordinal"]}]}},
+    "plasticity-by-taxonomy": {"facet": {"facet": "family"}, "spec": {"layer": [
+        {"mark": "boxplot", "encoding": ["color=category:nominal", "x=category:nominal", "y=ap:quantitative"]},
+        {"mark": "tick", "encoding": ["color=category:nominal", "x=category:nominal", "y=ap:quantitative"]}]}},
+    "recency-check": {"facet": {"facet": "panel"}, "spec": {"layer": [
+        {"mark": "rule", "encoding": ["x=datum", "x2=datum", "y=datum", "y2=datum"]},
+        {"mark": "circle", "encoding": ["color=family:nominal", "x=predicted:quantitative", "y=measured:quantitative"]}]}},
+    "series-plasticity": {"facet": {"facet": "metric"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+        {"mark": "line", "encoding": ["x=checkpoint:nominal", "y=value:quantitative"]}]}},
+})
 GOLDEN["depth-heatmap-rk"] = GOLDEN["depth-heatmap-rq"]
 GOLDEN["ab-plane-collage"] = GOLDEN["pca-collage"]
 GOLDEN["series-depth-heatmap-rq"] = GOLDEN["series-depth-heatmap-rk"]

@@ -13,7 +13,7 @@ SERIES = (
     ("smollm3-3b-stage1-step-2400000", Ranges(alpha_k=(3e-3, 6e-3), mu_q_a=(3.0, 7.0))),
     ("smollm3-3b-lc-4k-to-32k-step-4000", Ranges(alpha_k=(0.3e-3, 0.8e-3), mu_q_a=(4.0, 9.0))),
 )
-LAYERS, HEAD_DIM, VECTORS = 5, 32, 300
+LAYERS, HEAD_DIM, VECTORS = 5, 32, 400  # 400: 40 queries per decile, enough for plasticity (32)
 
 POOLED_MODELS = [STANDALONE[0][0], STANDALONE[1][0], SERIES[-1][0]]  # standalone + latest checkpoint
 

@@ -132,6 +132,20 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
                         statistic=rng.uniform(0, 100), p_value=p_adj / 2, p_adjusted=p_adj,
                         active=bool(p_adj < ALPHA),
                     ))
+                # Plasticity by taxonomy category as seed 003 predicts it (content-focused high, Q-positional
+                # between, position-dominated low), falling along the context; the recency slope near bias.
+                ap = {"position-dominated": 0.3, "q-positional": 0.5, "k-positional": 0.4, "content-focused": 0.8,
+                      "mixed": 0.45}[CATEGORY_OF_HEAD[head]] + rng.uniform(-0.05, 0.05)
+                drop = rng.uniform(0.05, 0.2)
+                for est, shift in (("empirical", 0.0), ("gaussian", 0.02), ("thesis", -0.03)):
+                    rows["plasticity"].append(dict(
+                        key, estimator=est, context_length=4096, ap_overall=ap + shift, ap_first20=ap + shift + drop / 2,
+                        ap_last20=ap + shift - drop / 2, ap_drop=drop, ap_retention=(ap - drop / 2) / (ap + drop / 2),
+                        n_pairs=9 * 1024, gauss_gap=0.02))
+                ratio = rng.uniform(0.9, 1.3)
+                rows["recency"].append(dict(
+                    key, logit_slope=mu_q_a * alpha_k * ratio, logit_slope_se=1e-4, predicted_slope=mu_q_a * alpha_k,
+                    slope_ratio=ratio, n_queries=100, n_texts=4, mean_keys=50.0))
                 plane_shares = rng.dirichlet(np.ones(N_PLANES))
                 for j in range(N_PLANES):
                     cq, ck = rng.uniform(0, 0.45, 2) if is_nope else rng.uniform(0, 1, 2)

@@ -28,7 +28,8 @@ def _by_id(table: pa.Table) -> dict[tuple[str, str], dict]:
 def _copied(tables: dict[str, pa.Table], copies: int = 4) -> dict[str, pa.Table]:
     """Every query head copied ``copies`` times into the GQA group of its own key head (no new information)."""
     out = dict(tables)
-    for name in ("heads", "pca", "rotation", "complement", "rope_planes", "points"):
+    for name in ("heads", "pca", "rotation", "complement", "rope_planes", "points", "plasticity", "plasticity_profile",
+                 "plasticity_2d", "recency"):
         t = tables[name]
         if t.num_rows == 0:
             continue
@@ -242,6 +243,10 @@ def test_normal_sums_stand_in_for_the_weights_over_many_units(monkeypatch):
     normal = _by_id(intervals.compute(con))
     compared = 0
     for key, r in exact.items():
+        # (the differences between taxonomy categories rest on 4 of these 20 groups each: the normal law
+        # of their sums needs many groups carrying them, as it has beyond EXACT_UNITS = 1,000)
+        if key[0] in ("003.ap.content_vs_qpos", "003.ap.qpos_vs_posdom"):
+            continue
         if "bootstrap over" in r["ci_method"] and "normal sums" in normal[key]["ci_method"]:
             width = r["ci_high"] - r["ci_low"]
             assert normal[key]["ci_low"] == pytest.approx(r["ci_low"], abs=0.15 * width), key

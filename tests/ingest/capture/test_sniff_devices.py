@@ -133,7 +133,9 @@ def test_the_check_sample_is_seeded_recorded_and_covers_the_first_text(model_of,
     assert cs["rows_checked"] == files * (per_text[0] + 5 + 5)  # the first text in full, then 5 per file
     assert ce["rows_checked"] == files * sum(per_text)
     assert "default_rng([seed, text, layer, head, kind" in cs["rows"]
-    assert cs["max_relative_difference"] <= ce["max_relative_difference"]
+    # both at float32 rounding; a chunk's difference is relative to its own largest value, so the sample's
+    # (5 rows of a text) can read a little above the every-row check's (all of them): no order between them
+    assert 0 < cs["max_relative_difference"] < 1e-6 and 0 < ce["max_relative_difference"] < 1e-6
     # the rows stored do not depend on how many are checked
     a, b = _vectors(sample.out), _vectors(every.out)
     assert all(np.array_equal(a[f].vectors, b[f].vectors) for f in a)

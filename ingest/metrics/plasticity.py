@@ -1,0 +1,360 @@
+"""Attention plasticity (SPEC §4.5): whether the query decides which of two earlier keys wins.
+
+Keys are fixed by the prefix, the query is a random variable. For a key pair ``(k_a, k_c)`` of one
+text, both before the query, ``p = Pr_q[qᵀk_a > qᵀk_c]`` and the pair's plasticity is
+``PP = 4p(1 − p)``: 1 when the query decides (a coin flip over queries), 0 when position (or
+anything the query does not change) decides. ``AP_b`` is the mean ``PP`` over the key pairs
+admissible for the queries of a position bin ``b``.
+
+Bins (:func:`context_bins`): deciles of ``[0, L)`` and length bins ``(L_k/2, L_k]`` tokens of
+context, ``L_k = 1024·2^k ≤ L`` (the first ``[1, 1024]``), ``L`` the context length. A query at
+position ``t`` attends to ``t + 1`` tokens: its length bin is the one holding ``t + 1``.
+
+Admissible pairs for bin ``b`` (:func:`draw_pairs`): two keys of one text, at positions before
+the bin's lowest query position (so no query of the bin could not see them: causal), and for a
+sliding-window layer within the window of the bin's mean query position ``τ_b`` (in tokens). Up
+to ``max_pairs`` are drawn uniformly among all such pairs, without replacement (a text with
+probability ∝ C(m_e, 2), then a uniform pair within it), seeded.
+
+Three estimators of ``p`` per pair ``δ = k_a − k_c`` (:data:`ESTIMATORS`):
+
+* ``empirical`` (model-free, the primary one): the share of the bin's queries with ``qᵀδ > 0``
+  (ties count ½), and ``PP = 4p̂(1 − p̂)·n/(n − 1)``, unbiased for ``4p(1 − p)``. Unchanged by any
+  positive per-query scale and any orthogonal map applied to Q and K alike.
+* ``gaussian``: the bin's queries as a Gaussian with their mean and Ledoit–Wolf-shrunk
+  covariance, ``p = Φ(δᵀμ / √(δᵀΣδ))``. Orthogonally invariant.
+* ``thesis``: the seed author's closed form: a Householder reflection takes the query drift
+  direction to the first axis, whose coordinate follows position by OLS; the other coordinates are
+  independent with the bin's means and variances (diagonal: not rotation-invariant).
+
+Everything in float64; the draws are seeded: the same head gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+ESTIMATORS = ("empirical", "gaussian", "thesis")
+MIN_QUERIES = 32  # a bin with fewer queries has no value
+MAX_PAIRS = 1024  # key pairs drawn per bin (all of them when there are fewer)
+LENGTH_BASE = 1024  # the first length bin's context
+
+
+@dataclass(frozen=True)
+class Bin:
+    """A bin of query positions: ``kind`` 'decile' or 'length', its index, and the positions ``[lo, hi)`` it holds."""
+
+    kind: str
+    index: int
+    lo: int  # first query position in the bin
+    hi: int  # one past the last
+
+    @property
+    def context(self) -> str:
+        """The bin in words: positions for a decile, tokens of context for a length bin."""
+        if self.kind == "length":
+            return f"({self.lo}, {self.hi}] tokens" if self.lo else f"[1, {self.hi}] tokens"
+        return f"positions [{self.lo}, {self.hi})"
+
+
+def context_bins(length: int) -> list[Bin]:
+    """The decile bins of ``[0, length)`` and the length bins ``(L_k/2, L_k]`` with ``L_k = 1024·2^k ≤ length``.
+
+    Decile ``k`` holds positions ``[⌊k·L/10⌋, ⌊(k+1)·L/10⌋)``. Length bin ``k`` holds the queries whose
+    context ``t + 1`` lies in ``(L_k/2, L_k]`` (the first in ``[1, 1024]``): positions ``[L_k/2, L_k)``.
+
+    Parameters
+    ----------
+    length : int
+        The context length L (tokens), at least 10.
+    """
+    if length < 10:
+        raise ValueError(f"a context length of at least 10 tokens is needed for deciles, got {length}")
+    bins = [Bin("decile", k, (k * length) // 10, ((k + 1) * length) // 10) for k in range(10)]
+    k, top = 0, LENGTH_BASE
+    while top <= length:
+        bins.append(Bin("length", k, 0 if k == 0 else top // 2, top))
+        k, top = k + 1, top * 2
+    return bins
+
+
+def draw_pairs(key_pos: np.ndarray, key_text: np.ndarray, before: float, rng: np.random.Generator,
+               max_pairs: int = MAX_PAIRS, window_from: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Key pairs ``(a, c)`` (indices into the keys) of one text each, both keys at positions ``< before``.
+
+    With ``window_from`` (a sliding-window layer: the bin's mean query position less the window),
+    both keys also lie at positions ``≥ window_from``. All pairs when there are at most ``max_pairs``,
+    else ``max_pairs`` of them drawn uniformly without replacement.
+
+    Returns
+    -------
+    (a, c) : two int64 arrays of key indices, ``a`` before ``c`` in the key order.
+    """
+    ok = key_pos < before
+    if window_from is not None:
+        ok &= key_pos >= window_from
+    idx = np.flatnonzero(ok)
+    if idx.size < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = idx[np.argsort(key_text[idx], kind="stable")]
+    texts, start, m = np.unique(key_text[order], return_index=True, return_counts=True)
+    pairs_per_text = m * (m - 1) // 2
+    total = int(pairs_per_text.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    chosen = np.arange(total, dtype=np.int64) if total <= max_pairs else np.sort(
+        rng.choice(total, size=max_pairs, replace=False))
+    # pair number -> (text, i < j within the text), from the cumulative counts and the triangle
+    ends = np.cumsum(pairs_per_text)
+    text = np.searchsorted(ends, chosen, side="right")
+    r = chosen - (ends[text] - pairs_per_text[text])  # rank within the text's pairs
+    # pairs (i, j), i < j, ordered by j then i: pair r has j = the largest j with j(j-1)/2 <= r
+    j = np.floor((1.0 + np.sqrt(1.0 + 8.0 * r.astype(np.float64))) / 2.0).astype(np.int64)
+    j -= (j * (j - 1) // 2) > r
+    j += ((j + 1) * j // 2) <= r
+    i = r - j * (j - 1) // 2
+    return order[start[text] + i], order[start[text] + j]
+
+
+def empirical_pp(Qb: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Each pair's ``4p̂(1 − p̂)·n/(n − 1)`` over the queries ``Qb`` (n ≥ 2), ``p̂`` the share with ``qᵀδ > 0`` (ties ½)."""
+    n = Qb.shape[0]
+    if n < 2:
+        raise ValueError(f"the empirical estimator needs at least 2 queries, got {n}")
+    D = Qb @ delta.T
+    p = (np.count_nonzero(D > 0, axis=0) + 0.5 * np.count_nonzero(D == 0, axis=0)) / n
+    return 4.0 * p * (1.0 - p) * n / (n - 1.0)
+
+
+def _phi(z: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtr
+
+    return ndtr(z)
+
+
+def _normal_pp(m: np.ndarray, v: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``4p(1 − p)`` for ``p = Φ(m/√v)``; ``p`` is 0, ½ or 1 by the sign of ``m`` where ``v`` is negligible."""
+    tiny = v <= 1e-12 * scale
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(tiny, 0.5 * (1.0 + np.sign(m)), _phi(m / np.sqrt(np.where(tiny, 1.0, v))))
+    return 4.0 * p * (1.0 - p)
+
+
+def gaussian_pp(mean: np.ndarray, cov: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """``4p(1 − p)``, ``p = Φ(δᵀμ / √(δᵀΣδ))``: the queries as one Gaussian (mean, covariance)."""
+    m = delta @ mean
+    v = np.einsum("ij,ij->i", delta @ cov, delta)
+    scale = np.einsum("ij,ij->i", delta, delta) * max(float(np.trace(cov)) / max(cov.shape[0], 1), 1e-300)
+    return _normal_pp(m, v, scale)
+
+
+def shrunk_moments(Qb: np.ndarray, with_empirical: bool = False):
+    """The mean and Ledoit–Wolf-shrunk covariance of the rows of ``Qb``: scikit-learn's ``ledoit_wolf``, in one product.
+
+    ``Σ = (1 − s)·S + s·μ·I`` with ``S`` the empirical covariance, ``μ = tr(S)/d`` and ``s`` Ledoit and
+    Wolf's shrinkage, computed as scikit-learn computes it (tested equal) but from ``XᵀX`` and the
+    rows' squared norms: ``Σᵢ‖xᵢxᵢᵀ − S‖²_F = Σᵢ‖xᵢ‖⁴ − n‖S‖²_F``, so one ``n × d²`` product instead of
+    scikit-learn's three.
+    """
+    n, d = Qb.shape
+    mean = Qb.mean(axis=0)
+    X = Qb - mean
+    S = (X.T @ X) / n
+    mu = float(np.trace(S)) / d
+    sq = np.einsum("ij,ij->i", X, X)
+    s_norm2 = float(np.einsum("ij,ij->", S, S))
+    beta = (float(sq @ sq) / n - s_norm2) / (d * n)
+    delta = (s_norm2 - 2.0 * mu * float(np.trace(S)) + d * mu * mu) / d
+    beta = min(beta, delta)
+    shrinkage = 0.0 if beta == 0 else beta / delta
+    cov = (1.0 - shrinkage) * S
+    cov[np.diag_indices(d)] += shrinkage * mu
+    return (mean, cov, S) if with_empirical else (mean, cov)
+
+
+@dataclass(frozen=True)
+class DriftFrame:
+    """The thesis estimator's frame of one head: a reflection taking the query drift direction to e₁.
+
+    ``u`` defines ``H = I − 2uuᵀ`` (``u`` = 0: the identity); ``alpha``, ``beta``, ``sigma2`` the OLS
+    intercept, slope and residual variance of the first coordinate of ``Hq`` on position, over all
+    of the head's queries.
+    """
+
+    u: np.ndarray
+    alpha: float
+    beta: float
+    sigma2: float
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """``X Hᵀ`` (H is symmetric)."""
+        return X - 2.0 * np.outer(X @ self.u, self.u)
+
+
+def drift_frame(Q: np.ndarray, t: np.ndarray) -> DriftFrame:
+    """The Householder frame of the queries' drift: β = OLS slopes of every coordinate on position."""
+    t = np.asarray(t, np.float64)
+    tc = t - t.mean()
+    vt = float(tc @ tc)
+    d = Q.shape[1]
+    beta = (tc @ Q) / vt if vt > 0 else np.zeros(d)  # (Σ tc = 0: the queries' mean drops out)
+    norm = float(np.linalg.norm(beta))
+    u = np.zeros(d)
+    if norm > 0:
+        v = beta / norm
+        v[0] -= 1.0
+        nv = float(np.linalg.norm(v))
+        if nv > 1e-12:
+            u = v / nv
+    # the first coordinate of Hq is h₀ᵀq, h₀ = e₁ − 2u₀u: one product, not the whole reflection
+    h0 = -2.0 * u[0] * u
+    h0[0] += 1.0
+    y = Q @ h0
+    slope = float(tc @ y) / vt if vt > 0 else 0.0
+    alpha = float(y.mean() - slope * t.mean())
+    resid = y - alpha - slope * t
+    sigma2 = float(resid @ resid) / max(len(y), 1)
+    return DriftFrame(u, alpha, slope, sigma2)
+
+
+def thesis_pp(frame: DriftFrame, mean: np.ndarray, cov: np.ndarray, tau: float, delta: np.ndarray) -> np.ndarray:
+    """``4p(1 − p)`` by the thesis's closed form, from the bin's query mean and (unshrunk) covariance.
+
+    The frame's coordinates of the bin's queries have mean ``Hμ`` and variances
+    ``diag(HΣH) = diag(Σ) − 4u∘(Σu) + 4u²(uᵀΣu)``: no query needs reflecting.
+    """
+    u = frame.u
+    dt = frame.apply(delta)
+    mu = frame.apply(mean[None, :])[0, 1:]
+    su = cov @ u
+    var = (np.diagonal(cov) - 4.0 * u * su + 4.0 * u * u * float(u @ su))[1:]
+    m = dt[:, 0] * (frame.alpha + frame.beta * tau) + dt[:, 1:] @ mu
+    v = dt[:, 0] ** 2 * frame.sigma2 + (dt[:, 1:] ** 2) @ var
+    scale = np.einsum("ij,ij->i", delta, delta) * max((frame.sigma2 + float(var.sum())) / delta.shape[1], 1e-300)
+    return _normal_pp(m, v, scale)
+
+
+def log2_bin(x: np.ndarray) -> np.ndarray:
+    """``⌊log2 x⌋`` for x ≥ 1 (distances in tokens); 0 below 1."""
+    x = np.asarray(x, np.float64)
+    return np.where(x >= 1.0, np.floor(np.log2(np.maximum(x, 1.0))), 0.0).astype(np.int64)
+
+
+@dataclass
+class BinResult:
+    """One bin's plasticity: per estimator its AP (NaN: no value), the queries and pairs behind it, and why not."""
+
+    bin: Bin
+    tau: float
+    n_q: int
+    n_pairs: int
+    ap: dict[str, float]
+    why: str | None = None  # why there is no value
+
+
+def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarray, key_text: np.ndarray,
+                    length: int, rng: np.random.Generator, *, window: int | None = None, max_pairs: int = MAX_PAIRS,
+                    max_queries: int | None = None) -> dict:
+    """One head's plasticity: every bin's AP by every estimator, the head's summaries, and the 2-D map.
+
+    Parameters
+    ----------
+    Q, t_q : the head's queries (n_q, d) and their positions.
+    K, t_k, key_text : its key head's keys (n_k, d), their positions and texts (example ids).
+    length : int
+        The context length L (tokens).
+    rng : numpy.random.Generator
+        Seeds the pairs (and the query sample).
+    window : int, optional
+        The layer's sliding window (tokens); None for global attention.
+    max_pairs : int
+        Key pairs drawn per bin.
+    max_queries : int, optional
+        Queries per bin the empirical estimator compares (a seeded sample of the bin's; all when None).
+        The Gaussian and thesis estimators use every query of the bin.
+
+    Returns
+    -------
+    dict with ``bins`` (list of :class:`BinResult`), ``summary`` (estimator -> dict of the
+    ``plasticity`` columns), ``map`` (rows of ``plasticity_2d``: key-distance bin, query-distance
+    bin, pairs, AP), ``gauss_gap`` and ``notes``.
+    """
+    Q = np.asarray(Q, np.float64)
+    K = np.asarray(K, np.float64)
+    t_q = np.asarray(t_q, np.float64)
+    t_k = np.asarray(t_k, np.float64)
+    key_text = np.asarray(key_text)
+    frame = drift_frame(Q, t_q)
+    bins = context_bins(int(length))
+    results: list[BinResult] = []
+    # the 2-D map, over the decile bins' pairs (empirical): (key-distance bin, query-distance bin) -> sums
+    map_sums: dict[tuple[int, int], list[float]] = {}
+    for b in bins:
+        sel = np.flatnonzero((t_q >= b.lo) & (t_q < b.hi))
+        n = int(sel.size)
+        nan = {e: math.nan for e in ESTIMATORS}
+        if n < MIN_QUERIES:
+            results.append(BinResult(b, float(t_q[sel].mean()) if n else math.nan, n, 0, nan,
+                                     f"fewer than {MIN_QUERIES} queries" if n else "no query"))
+            continue
+        tq = t_q[sel]
+        lo, tau = float(tq.min()), float(tq.mean())
+        a, c = draw_pairs(t_k, key_text, lo, rng, max_pairs, None if window is None else tau - window)
+        if a.size == 0:
+            results.append(BinResult(b, tau, n, 0, nan, "no key pair before its queries"))
+            continue
+        delta = K[a] - K[c]
+        Qb = Q[sel]
+        sample = Qb
+        if max_queries is not None and n > max_queries:
+            sample = Qb[np.sort(rng.choice(n, size=max_queries, replace=False))]
+        pp_e = empirical_pp(sample, delta)
+        mean, cov, S = shrunk_moments(Qb, with_empirical=True)
+        pp_g = gaussian_pp(mean, cov, delta)
+        pp_t = thesis_pp(frame, mean, S, tau, delta)
+        results.append(BinResult(b, tau, n, int(a.size),
+                                 {"empirical": float(pp_e.mean()), "gaussian": float(pp_g.mean()),
+                                  "thesis": float(pp_t.mean())}))
+        if b.kind == "decile":
+            kd = log2_bin(np.abs(t_k[a] - t_k[c]))
+            qd = log2_bin(tau - (t_k[a] + t_k[c]) / 2.0)
+            cells, inv = np.unique(np.stack([kd, qd], axis=1), axis=0, return_inverse=True)
+            sums = np.bincount(inv.ravel(), weights=pp_e, minlength=len(cells))
+            counts = np.bincount(inv.ravel(), minlength=len(cells))
+            for (k, q), sm, n_cell in zip(cells.tolist(), sums.tolist(), counts.tolist()):
+                acc = map_sums.setdefault((k, q), [0.0, 0.0])
+                acc[0] += sm
+                acc[1] += n_cell
+    summary = {e: summarise([r for r in results if r.bin.kind == "decile"], e, length) for e in ESTIMATORS}
+    deciles = [r for r in results if r.bin.kind == "decile" and math.isfinite(r.ap["empirical"])]
+    gap = float(np.mean([abs(r.ap["gaussian"] - r.ap["empirical"]) for r in deciles])) if deciles else math.nan
+    empty = [r for r in results if r.why]
+    notes = "; ".join(f"{r.bin.kind} {r.bin.index}: {r.why}" for r in empty) or None
+    rows_2d = [(kd, qd, int(n), s / n) for (kd, qd), (s, n) in sorted(map_sums.items()) if n > 0]
+    return {"bins": results, "summary": summary, "map": rows_2d, "gauss_gap": gap, "notes": notes}
+
+
+def summarise(deciles: list[BinResult], estimator: str, length: int) -> dict:
+    """A head's ``plasticity`` row for one estimator, from its decile bins.
+
+    ``ap_overall`` weights each bin with a value by its queries; ``ap_first20`` the bins whose upper
+    edge is at most 0.2·L, ``ap_last20`` those whose lower edge is at least 0.8·L.
+    """
+    def weighted(rs) -> float:
+        rs = [r for r in rs if math.isfinite(r.ap[estimator])]
+        w = sum(r.n_q for r in rs)
+        return sum(r.n_q * r.ap[estimator] for r in rs) / w if w else math.nan
+
+    first = weighted([r for r in deciles if r.bin.hi <= 0.2 * length])
+    last = weighted([r for r in deciles if r.bin.lo >= 0.8 * length])
+    return {
+        "ap_overall": weighted(deciles),
+        "ap_first20": first,
+        "ap_last20": last,
+        "ap_drop": first - last,
+        "ap_retention": last / first if first and math.isfinite(first) else math.nan,
+        "n_pairs": int(sum(r.n_pairs for r in deciles)),
+    }
