@@ -83,7 +83,7 @@ def model_tables(spec, complement: bool = False) -> dict[str, pa.Table]:
     from qkdb.warehouse.batches import ArrowRows, to_batch
     from qkdb.warehouse.schema import MODELS, TABLES
 
-    options = IngestOptions(points=0, complement=complement)
+    options = IngestOptions(points=0, complement=complement, plasticity=PLASTICITY)
     rows = ArrowRows()
     key = None
     for f in generate(spec):
@@ -149,6 +149,9 @@ D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS = 32, 512, 2048, 8192
 # Bumped whenever the findings change (truths cached under an older version lack the new ones):
 # 2 = the plasticity and recency findings (issue 38).
 TRUTH_VERSION = 2
+# Plasticity and the recency check (issue 38) in every model's tables; off in --quick, whose 256
+# vectors per file leave every decile of the context below the 32 queries a value needs.
+PLASTICITY = True
 LAYER_SEED = 777  # the `layers` setting's one model
 
 
@@ -572,7 +575,7 @@ def bias_table(reps: int, dims=(32, 64), counts=(256, 512, 1024, 2048, 4096), re
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    global D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS
+    global D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS, PLASTICITY
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=40, help="replications per setting (default 40)")
@@ -588,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS = 16, 256, 1024, 1024
+        PLASTICITY = False
         args.reps = min(args.reps, 4)
         args.settings = args.settings or ["gqa", "layers", "pooled-3"]
     if args.cache is not None:

@@ -185,3 +185,21 @@ def test_the_findings_table_fits_windows_from_1024_px(report_file, tmp_path, wid
     w = json.loads(html.unescape(got.group(1)))
     assert w["findings"] <= w["page"] and w["scorecard"] <= w["page"], w
     assert w["scroll"] <= w["page"], w  # no horizontal scrolling at all
+
+
+def test_the_plasticity_part_renders_its_figures_and_the_estimator_menu(report_file, tmp_path):
+    # issue 38: the report's part "Plasticity and effective context", in reading order after the seeds'
+    html = report_file.read_text(encoding="utf-8")
+    assert html.index("Plasticity and effective context") > html.index("Seed 002 · planar rotation")
+    dom = run_chromium(tmp_path, report_file, "--dump-dom").stdout
+    drawn = {}
+    for m in re.finditer(r'<figure[^>]*data-figure="([^"]+)"[^>]*>(.*?)</figure>', dom, flags=re.S):
+        drawn.setdefault(m.group(1), []).append(m.group(2))
+    for name in ("plasticity-profile", "plasticity-heatmap", "plasticity-by-taxonomy", "recency-check",
+                 "series-plasticity"):
+        assert name in drawn, name
+        assert any('data-rendered="1"' in inner and 'class="marks"' in inner for inner in drawn[name]), name
+    # the profile's menu: vega-embed binds the estimator param to a <select> with the three estimators
+    profile = drawn["plasticity-profile"][0]
+    options = re.findall(r"<option[^>]*>([a-z]+)</option>", profile)
+    assert options == ["empirical", "gaussian", "thesis"], options
