@@ -95,6 +95,10 @@ GROUPS: tuple[ClaimGroup, ...] = (
                "plasticity falls along the context, and long-context training raises it.",
                "003.ap.content_vs_qpos",
                figures=("plasticity-by-taxonomy", "plasticity-profile", "plasticity-heatmap", "series-plasticity")),
+    ClaimGroup("003.ecl", "ecl", "Effective context",
+               "Plasticity tracks long-context performance: across models, AP drop against LongBench-Pro's overall score "
+               "(r = −0.675 over the author's 7 models) and AP retention against score retention (r = 0.943).",
+               "003.ecl.ap_drop", figures=("plasticity-vs-benchmark", "plasticity-retention")),
     ClaimGroup("002.recency", "ecl", "recency term",
                "The logits carry a recency term μQ^a·αK·j: each head's measured logit slope in the key position is its bias strength.",
                "002.recency.corr", figures=("recency-check",)),

@@ -86,6 +86,8 @@ FIGURES: dict[str, Figure] = {
         Figure("plasticity-by-taxonomy", "plasticity 03", "AP per head by taxonomy category, a panel per family (seed 003's prediction)", "plasticity", "plasticity.build_by_taxonomy", "models"),
         Figure("recency-check", "plasticity 04", "measured logit slope against bias strength per head, a panel per family, y = x", "plasticity", "recency_check.build", "models"),
         Figure("series-plasticity", "plasticity 05", "AP first / last fifth, their drop and bias strength along a checkpoint series", "plasticity", "plasticity.build_series", "series"),
+        Figure("plasticity-vs-benchmark", "plasticity 06", "a model-level metric (AP drop) against the benchmark's overall score, by family, r / ρ / interval in the title, match kind marked", "plasticity", "benchmark_join.build_vs_benchmark", "models"),
+        Figure("plasticity-retention", "plasticity 07", "AP retention against benchmark score retention over the same lengths, per model", "plasticity", "benchmark_join.build_retention", "models"),
     )
 }
 

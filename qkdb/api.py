@@ -1,4 +1,4 @@
-"""The small public Python API: ``connect``, ``ingest``, ``remove``, ``info``, ``models_overview``, ``chart``.
+"""The small public Python API: ``connect``, ``ingest``, ``remove``, ``info``, ``models_overview``, ``chart``, ``import_benchmarks``.
 
 The CLI is a thin layer over these functions; notebooks use them directly. Heavy layers load when
 a function needs them, so importing this module stays cheap.
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 Progress = Callable[..., None]
 
-__all__ = ["IngestResult", "ModelFailure", "chart", "connect", "ensure_intervals", "info", "ingest", "ingest_many", "refresh_findings",
-           "models_overview", "publish", "pull", "remove", "version"]
+__all__ = ["IngestResult", "ModelFailure", "benchmarks_connection", "chart", "connect", "ensure_intervals", "import_benchmarks",
+           "info", "ingest", "ingest_many", "map_benchmark_model", "refresh_findings", "models_overview", "publish", "pull",
+           "remove", "version"]
 
 
 def __getattr__(name: str):
@@ -471,3 +472,52 @@ def pull(repo: str, revision: str | None = None, *, models: Iterable[str] | None
 
     return run(warehouse.resolve_home(home), repo, revision, models=list(models) if models else None, force=force,
                wait=wait, endpoint=endpoint, cache_dir=cache_dir, token=token, progress=progress)
+
+
+def benchmarks_connection(home: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only connection that sees the benchmark tables (the shipped scores need no import).
+
+    A home without a catalog is not created: the connection is then an in-memory database with the
+    shipped scores and the views (no model, nothing imported).
+    """
+    where = warehouse.resolve_home(home)
+    if where.exists() and not where.is_dir():
+        from qkdb.errors import WarehouseError
+
+        raise WarehouseError(f"{where} is a file, not a warehouse home (--home or $QKDB_HOME)", kind="input")
+    if not warehouse.catalog_path(where).is_file():
+        return warehouse.benchmarks_memory_connection()
+    warehouse.ensure_catalog(where)
+    return warehouse.open_catalog(where, read_only=True)
+
+
+def import_benchmarks(paths: Iterable[str | os.PathLike], home: str | os.PathLike | None = None) -> dict:
+    """Import LongBench-Pro summaries (files or folders) and CSVs of ``benchmark_scores`` or ``benchmark_models``.
+
+    Every file is read before anything is stored: a file that does not parse raises
+    :class:`~qkdb.errors.InputError` naming it and the field, and the warehouse stays as it was.
+    Rows replace stored rows of the same run (benchmark, model, mode, budget, k) or mapping
+    (model, benchmark); importing a file again changes nothing. Returns what was read and stored.
+    """
+    scores, models, files = warehouse.read_benchmark_files(list(paths))
+    if not files:
+        raise UsageError("nothing to import: give LongBench-Pro summary files, folders of them, or CSV files")
+    where = warehouse.resolve_home(home)
+    warehouse.ensure_catalog(where)
+    stored = warehouse.store_benchmarks(where, {"benchmark_scores": scores, "benchmark_models": models})
+    notes = refresh_findings(where)
+    return {"files": files, "stored": stored, "notes": notes,
+            "runs": sorted({(r["benchmark"], r["bench_model"], r["mode"]) for r in scores})}
+
+
+def map_benchmark_model(model: str, bench_model: str, *, benchmark: str = "longbench-pro", match_kind: str,
+                        note: str | None = None, home: str | os.PathLike | None = None) -> dict:
+    """Say which benchmarked model a captured model stands for (a ``benchmark_models`` row; replaces one for the same model and benchmark).
+
+    ``match_kind`` is 'exact' (the scored checkpoint is the captured one), 'base_vs_instruct' or 'other'.
+    """
+    row = warehouse.benchmark_model_row(model, benchmark, bench_model, match_kind, note)
+    where = warehouse.resolve_home(home)
+    warehouse.ensure_catalog(where)
+    stored = warehouse.store_benchmarks(where, {"benchmark_models": [row]})
+    return {"row": row, "stored": stored, "notes": refresh_findings(where)}

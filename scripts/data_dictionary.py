@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from qkdb.warehouse.schema import DERIVED, TABLES
+from qkdb.warehouse.schema import IMPORTED, STORED, TABLES
 from qkdb.warehouse.views import create_views, load_view_files
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "data-dictionary.md"
@@ -31,7 +31,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "data-dictionary
 def dictionary_connection() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with an empty table per warehouse table and every view on top."""
     con = duckdb.connect()
-    for table in TABLES.values():
+    for table in (*TABLES.values(), *IMPORTED.values()):
         empty = pa.schema([pa.field(c.name, c.type) for c in table.columns]).empty_table()
         con.register("_empty", empty)
         con.execute(f'create table "{table.name}" as select * from _empty')
@@ -67,7 +67,9 @@ def render() -> str:
         "Every table and view of the warehouse catalog `qk.duckdb`, with every column. The same",
         "descriptions are attached to the catalog (`COMMENT ON`), so `qkdb describe NAME`, DuckDB's",
         "`duckdb_columns()` and any SQL client show them too. Tables are hive-partitioned by `model`",
-        "(except `finding_intervals`, one file for the whole warehouse, rewritten after every publish);",
+        "(except `finding_intervals`, one file for the whole warehouse, rewritten after every publish, and the",
+        "benchmark tables `benchmark_scores`, `benchmark_models`, `reference_metrics`: what qkdb ships plus what",
+        "you import, [benchmarks-join.md](benchmarks-join.md));",
         "the views are the findings of seeds 002 and 003 (see [findings.md](findings.md)).",
         "",
         "## Tables",
@@ -75,7 +77,7 @@ def render() -> str:
         "| table | description |",
         "|---|---|",
     ]
-    tables = [*TABLES.values(), *DERIVED.values()]
+    tables = list(STORED.values())
     out += [f"| [`{t.name}`](#{t.name}) | {_cell(t.doc)} |" for t in tables]
     for t in tables:
         out += ["", f"### {t.name}", "", _cell(t.doc), "", "| column | type | description |", "|---|---|---|"]

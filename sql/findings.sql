@@ -1,6 +1,6 @@
 -- One row per headline finding of seeds 002 and 003: the seed's claim, the value measured on the ingested models with its 95% interval, and whether the claim holds here.
 -- Seed: every numbered finding of seed 003 (combined Q/K PCA) and seed 002 (planar rotation), the numbers in their tables, and the numbers their figure tables quote.
--- Depends: params, finding_values, finding_state, finding_intervals
+-- Depends: params, finding_values, finding_state, finding_intervals, plasticity_benchmark_fit
 -- How it is built: `claims` lists every finding once (what the seed says and how to test it);
 -- the measured values are computed from `finding_inputs` (the heads each finding rests on) with
 -- the finding's statistic, in `finding_values`; their 95% intervals come from `finding_intervals`, which qkdb
@@ -102,6 +102,8 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     (192, '003.ap.drop', '003', 'Plasticity prediction', 'Plasticity falls with query position: mean over heads of AP in the first fifth of the context less AP in the last fifth (ap_drop)', 'overall', 'AP falls along the context', null, 'above', 0, null, null, 'f3', null),
     (193, '003.ap.lc_overall', '003', 'LC hypothesis', 'Long-context training raises attention plasticity: change of mean AP over the context, last short-context checkpoint -> end of long-context training', 'series (SmolLM3-3B in the seed)', 'rises (testable hypothesis)', null, 'above', 0, null, null, 'f3', 'f3'),
     (194, '003.ap.lc_last20', '003', 'LC hypothesis', 'Long-context training raises plasticity at the end of the context: change of mean AP in the last fifth', 'series (SmolLM3-3B in the seed)', 'rises (testable hypothesis)', null, 'above', 0, null, null, 'f3', 'f3'),
+    (195, '003.ecl.ap_drop', '003', 'Effective context', 'Plasticity tracks long-context performance: Pearson r over models of the AP drop (first fifth less last fifth of the context, empirical) with the LongBench-Pro overall score of the benchmarked model each stands for (plasticity_benchmark_fit)', 'models with a LongBench-Pro score', 'r = -0.675 (the author, 7 models)', -0.675, 'below', null, 0, null, 'r', null),
+    (196, '003.ecl.retention', '003', 'Effective context', 'Models that keep their plasticity keep their scores: Pearson r over models of AP retention (AP of the longest length bin over the shortest) with LongBench-Pro score retention over the same lengths', 'models with a LongBench-Pro score', 'r = 0.943 (from the author''s values, 7 models)', 0.943, 'above', 0, null, null, 'r', null),
     -- seed 002: planar rotation ------------------------------------------------------------
     (200, '002.F1.abs_r_k_a', '002', 'Finding 1', 'Mean |r_k| on the drift axis a', 'overall', '0.87', 0.87, 'point', null, null, 'r', 'r', null),
     (201, '002.F1.abs_r_q_a', '002', 'Finding 1', 'Mean |r_q| on the drift axis a', 'overall', '0.74', 0.74, 'point', null, null, 'r', 'r', null),
@@ -214,6 +216,30 @@ simpson as (
     -- One family is the pool itself: a reversal needs at least two (else 'no data').
     having count(f.value) > 1
 ),
+-- Effective context (issue 39): the fit of this warehouse's plasticity to LongBench-Pro, in the
+-- mode params.benchmark_mode asks (the fit's interval and exact p: plasticity_benchmark_fit). With
+-- fewer than 10 models or a match that is not exact it can only describe: inconclusive, saying why.
+ecl as (
+    select
+        case f.y_metric when 'overall' then '003.ecl.ap_drop' else '003.ecl.retention' end as id,
+        printf('%d models, %s%s', f.n, f.mode, coalesce(', ' || f.span, '')) as scope,
+        'these models' as estimand,
+        f.pearson_r as value,
+        f.ci_low,
+        f.ci_high,
+        case when f.descriptive_only then 'descriptive only (' || f.why || '): ' else '' end
+            || coalesce(printf('bootstrap over models (percentile, %d draws)', f.n_boot), printf('no interval from %d models', f.n))
+            || coalesce(printf('; exact permutation p = %.3g', f.perm_p_pearson), '') as ci_method,
+        printf('rho = %.2f%s', f.spearman_rho, coalesce(printf(' (p = %.2g)', f.perm_p_spearman), '')) as text,
+        f.n as n_models,
+        f.descriptive_only as descriptive
+    from plasticity_benchmark_fit f
+    where f.source = 'qkdb' and f.benchmark = 'longbench-pro'
+        and ((f.x_metric = 'ap_drop' and f.y_metric = 'overall')
+             or (f.x_metric = 'ap_length_retention' and f.y_metric = 'score_length_retention'))
+    -- Retentions over several spans (models captured to different lengths): the span most models share.
+    qualify row_number() over (partition by f.y_metric, f.mode order by f.n desc, f.span desc) = 1
+),
 measured as (
     select id, scope, estimand, value, value_lo, value_hi, v_from, v_to, sum_x, n_models, n_heads, ci_low, ci_high,
            low_max, high_min, ci_method, null::varchar as text
@@ -221,6 +247,8 @@ measured as (
     where id not in ('002.F5.family')
     union all by name
     select id, scope, 'these models' as estimand, value, ci_low, ci_high, ci_method, text, n_models, n_heads from simpson
+    union all by name
+    select * from ecl
 ),
 judged as (
     select
@@ -241,6 +269,7 @@ judged as (
         m.low_max,
         m.high_min,
         m.ci_method,
+        m.descriptive,
         -- Band ends: a share p moved down/up by margin_share, and by a factor margin_odds on its
         -- odds, whichever moves less; a correlation r likewise as the share (1 + r)/2; a
         -- magnitude by a factor margin_ratio.
@@ -285,6 +314,7 @@ verdicts as (
         j.*,
         case
             when j.value is null then 'no data'
+            when j.descriptive then 'inconclusive'
             when j.test = 'tiny' then case when j.value < j.accept_hi then 'holds' else 'does not hold' end
             when j.ci_low is null or j.ci_high is null then 'inconclusive'
             when j.test in ('point', 'range') then

@@ -20,6 +20,7 @@
 -- Column margin_odds: findings: near 0 or 1 a share must also lie within this factor of the seed's odds (a correlation r: of the odds (1 + r)/(1 - r)). Why 2: 7% does not match a claimed 1%, nor 90% a claimed 99%; a factor 2 on the odds is 0.5-2% around 1% and +-10 points near 50%.
 -- Column margin_ratio: findings: equivalence margin of a magnitude (Fisher ratio, units, slope ratio) as a factor around the seed's value. Why 2: these scale with head dimension, text and model size, which the seed does not fix.
 -- Column margin_change: findings: a change between checkpoints is tested against this fraction of the seed's change. Why 0.5: "bias collapses by 91%" is not confirmed by a 10% drop; half the seed's change, in its direction, is.
+-- Column benchmark_mode: LIKE pattern on benchmark_scores.mode that the benchmark views read: 'nonthinking' (the default; a captured base model cannot think), 'thinking', or '%' for every mode (each mode stays its own rows and fits; modes are never averaged).
 -- Column lemma_max: findings: the drift lemma holds when max residual_pos_r is below this. Why 1e-10: float64 round-off is ~1e-14; a real failure of the lemma is of order 1.
 select
     0.7::double as taxonomy_high,
@@ -32,4 +33,5 @@ select
     2.0::double as margin_odds,
     2.0::double as margin_ratio,
     0.5::double as margin_change,
-    1e-10::double as lemma_max
+    1e-10::double as lemma_max,
+    'nonthinking'::varchar as benchmark_mode

@@ -13,6 +13,8 @@ Rooms::
     results.py    the findings' rows stored at publish, and whether a connection may use them
     model_index.py  every model's ``models`` row in one file, for the commands that read them all
     head_index.py   every head's ``head_metrics`` (and ``pca``) rows in one file, for the queries that read them all
+    benchmark_files.py  long-context benchmark scores read (LongBench-Pro summaries, CSVs) and the files qkdb ships (reference/)
+    benchmarks.py   the benchmark tables in the home: shipped rows written with the catalog, imports replacing by run
 
 This package is the layer's facade: the names below are what the rest of qkdb uses, each loaded
 on first use.
@@ -39,6 +41,8 @@ __getattr__, __dir__ = facade(__name__, {
     "reads_head_metrics": "qkdb.warehouse.head_index",
     "TABLES": "qkdb.warehouse.schema",
     "DERIVED": "qkdb.warehouse.schema",
+    "IMPORTED": "qkdb.warehouse.schema",
+    "STORED": "qkdb.warehouse.schema",
     "MODELS": "qkdb.warehouse.schema",
     "INGEST_RUNS": "qkdb.warehouse.schema",
     "to_batch": "qkdb.warehouse.batches",
@@ -51,4 +55,8 @@ __getattr__, __dir__ = facade(__name__, {
     "restrict_models": "qkdb.warehouse.views",
     "snapshot": "qkdb.warehouse.views",
     "select_models": "qkdb.warehouse.views",
+    "read_benchmark_files": "qkdb.warehouse.benchmark_files",
+    "benchmark_model_row": "qkdb.warehouse.benchmark_files",
+    "store_benchmarks": "qkdb.warehouse.benchmarks",
+    "benchmarks_memory_connection": "qkdb.warehouse.benchmarks",
 })

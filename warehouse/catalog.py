@@ -132,18 +132,24 @@ def derived_view_sql(home: Path, table: Table) -> str:
     return _view_sql(table, source, home)
 
 
-def _views_sql(home: Path) -> list[tuple[Table, str]]:
-    from qkdb.warehouse.schema import DERIVED, TABLES
+def imported_view_sql(home: Path, table: Table) -> str:
+    from qkdb.warehouse import benchmarks
 
-    return [(t, table_view_sql(home, t)) for t in TABLES.values()] + [
-        (t, derived_view_sql(home, t)) for t in DERIVED.values()
-    ]
+    return f"select * from ({benchmarks.view_sql(home, table, _sql_str)}) where {location_guard(home)}"
+
+
+def _views_sql(home: Path) -> list[tuple[Table, str]]:
+    from qkdb.warehouse.schema import DERIVED, IMPORTED, TABLES
+
+    return ([(t, table_view_sql(home, t)) for t in TABLES.values()]
+            + [(t, derived_view_sql(home, t)) for t in DERIVED.values()]
+            + [(t, imported_view_sql(home, t)) for t in IMPORTED.values()])
 
 
 # What the catalog is built from: the table schemas and their documentation, this module's view
 # SQL, the finding views, and the code that computes the findings' intervals (a new version of any
 # of them rebuilds the catalog and recomputes the intervals).
-_DEFINITIONS = ("schema.py", "catalog.py", "intervals.py", "inference.py")
+_DEFINITIONS = ("schema.py", "catalog.py", "intervals.py", "inference.py", "benchmarks.py", "benchmark_files.py")
 
 
 def fingerprint(home: Path) -> str:
@@ -159,6 +165,11 @@ def fingerprint(home: Path) -> str:
     for entry in sorted(resources.files("qkdb.sql").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             h.update(entry.name.encode() + b"\0" + entry.read_bytes())
+    # The benchmark files qkdb ships (written into the home with the catalog): by name, size and
+    # time, which an upgrade changes, where hashing their 0.4 MB would cost every open ~1 ms.
+    for entry in sorted(Path(str(resources.files("qkdb.warehouse").joinpath("reference"))).iterdir()):
+        st = entry.stat()
+        h.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return h.hexdigest()
 
 
@@ -176,6 +187,9 @@ def _write_schema_files(home: Path) -> None:
         tmp = folder / f".schema.{uuid.uuid4().hex[:8]}.tmp"
         pq.write_table(empty_table(table), tmp)
         os.replace(tmp, folder / "schema.parquet")
+    from qkdb.warehouse.benchmarks import write_bundled
+
+    write_bundled(home)
 
 
 def _read_meta(path: Path) -> dict[str, str]:

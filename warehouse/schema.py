@@ -389,3 +389,64 @@ FINDING_INTERVALS = Table(
 )
 
 DERIVED: dict[str, Table] = {FINDING_INTERVALS.name: FINDING_INTERVALS}
+
+# Tables of facts from outside the captures (SPEC §4.6): what qkdb ships (package data, written
+# into the home with the catalog) and what the user imports (`qkdb benchmarks import`), one file
+# each; the catalog's view is the shipped rows, less those an import replaced (same key), plus
+# the imported ones. See qkdb/warehouse/benchmarks.py.
+BENCHMARK_SCORES = Table(
+    "benchmark_scores",
+    "Published long-context benchmark scores (LongBench-Pro summaries, RULER's Table 3, your imports): one row per benchmarked model, mode, context budget, best-of-k and slice.",
+    (
+        Column("benchmark", s, "The benchmark: 'longbench-pro', 'ruler', or the name an imported CSV gives."),
+        Column("bench_model", s, "The benchmarked model as the benchmark names it (e.g. 'Qwen3-4B', 'Llama-3.2-3B-Instruct')."),
+        Column("mode", s, "'nonthinking' or 'thinking' (LongBench-Pro runs both; RULER's models answer without thinking: 'nonthinking'). Different modes are different rows, never averaged."),
+        Column("context_budget", i64, "The context budget of the run in tokens (LongBench-Pro's context-<N>); NULL when the benchmark has none."),
+        Column("best_of", i32, "k of the best-of-k runs (LongBench-Pro's bon-<k>); NULL when not given."),
+        Column("slice_kind", s, "'overall', 'token_length', 'difficulty', 'contextual_requirement', 'primary_task' or 'language'."),
+        Column("slice", s, "The slice: 'overall', a length such as '8k', a difficulty, a task..."),
+        Column("length_tokens", i64, "For token_length slices: the slice's length in tokens ('8k' = 8192); NULL otherwise."),
+        Column("score", f64, "The score as published, 0-100 (LongBench-Pro's average_* metrics x 100: the mean over its inference iterations)."),
+        Column("n_runs", i32, "Inference iterations behind an overall score; NULL for slices."),
+        Column("run_scores", s, "The overall score of each iteration, ';'-separated, x 100; NULL for slices."),
+        Column("source", s, "Where the row comes from: the summary file (<model>/<file>), the CSV, or the paper and table."),
+        Column("origin", s, "'bundled' (shipped with qkdb: warehouse/reference/SOURCES.md) or 'imported' (qkdb benchmarks import)."),
+    ),
+    versioned=False,
+)
+
+BENCHMARK_MODELS = Table(
+    "benchmark_models",
+    "Which benchmarked model a captured model stands for, and how well (match_kind): the registry's mapping and your own (qkdb benchmarks map / import).",
+    (
+        Column("model", s, "The captured model (models.model)."),
+        Column("benchmark", s, "The benchmark (benchmark_scores.benchmark)."),
+        Column("bench_model", s, "The benchmarked model it stands for (benchmark_scores.bench_model)."),
+        Column("match_kind", s, "'exact' (the captured checkpoint is the one scored), 'base_vs_instruct' (a base capture against its instruct model's scores) or 'other' (a related checkpoint). Only exact matches make a join more than descriptive."),
+        Column("note", s, "What was captured and what was scored."),
+        Column("origin", s, "'bundled' (the registry's) or 'imported' (qkdb benchmarks map / import)."),
+    ),
+    versioned=False,
+)
+
+REFERENCE_METRICS = Table(
+    "reference_metrics",
+    "Model-level values reported elsewhere, for comparison with qkdb's own: the seeds' author's attention plasticity per model (overall, first and last fifth, drop, bias_strength) and by query-position range.",
+    (
+        Column("model", s, "The model (registry name)."),
+        Column("family", s, "The model's family (the registry's; NULL for a model it does not list)."),
+        Column("source", s, "Who reported it: 'thesis' (the seeds' author, msc_thesis at 76c5ebc, notes/experiments/05_benchmark_connection.md)."),
+        Column("metric", s, "'ap_overall', 'ap_first20', 'ap_last20', 'ap_drop', 'bias_strength', or 'ap_length' (AP of a range of query positions)."),
+        Column("lo_tokens", i64, "For 'ap_length': the range's first position in tokens (0 for 0-8k); NULL otherwise."),
+        Column("hi_tokens", i64, "For 'ap_length': the range's end in tokens (8192 for 0-8k); NULL otherwise."),
+        Column("value", f64, "The value as reported."),
+        Column("note", s, "The source's caveat, if any."),
+        Column("origin", s, "'bundled' (shipped with qkdb: warehouse/reference/SOURCES.md) or 'imported'."),
+    ),
+    versioned=False,
+)
+
+IMPORTED: dict[str, Table] = {t.name: t for t in (BENCHMARK_SCORES, BENCHMARK_MODELS, REFERENCE_METRICS)}
+
+# Every table the catalog has a view of.
+STORED: dict[str, Table] = {**TABLES, **DERIVED, **IMPORTED}

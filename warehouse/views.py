@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 
 from qkdb.errors import QueryError
-from qkdb.warehouse.schema import DERIVED, FINDING_INTERVALS, TABLES
+from qkdb.warehouse.schema import FINDING_INTERVALS, STORED, TABLES
 
 if TYPE_CHECKING:  # (at run time, imported where used: an ingest need not wait ~0.1 s for it)
     from pathlib import Path
@@ -100,7 +100,7 @@ def load_view_files() -> list[ViewFile]:
     views = _read_files()
     for view in views.values():
         for dep in view.depends:
-            if dep not in views and dep not in TABLES and dep not in DERIVED:
+            if dep not in views and dep not in STORED:
                 raise ValueError(f"sql/{view.name}.sql depends on {dep!r}, which is neither a view nor a table")
     ordered: list[ViewFile] = []
     done: set[str] = set()
@@ -153,7 +153,7 @@ def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
 def resolve_column_docs(view: ViewFile, columns: Iterable[str], known: dict[str, dict[str, str]]) -> dict[str, str]:
     """Description of each column: the view's own, else a dependency's, else a base table's."""
     sources = [view.columns] + [known[d] for d in view.depends if d in known]
-    sources += [{c.name: c.doc for c in t.columns} for t in (*TABLES.values(), *DERIVED.values())]
+    sources += [{c.name: c.doc for c in t.columns} for t in STORED.values()]
     docs = {}
     for col in columns:
         for src in sources:
@@ -336,7 +336,7 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> Description:
         [name],
     ).fetchall()
     if not rows:
-        known = sorted(set(files) | set(TABLES) | set(DERIVED))
+        known = sorted(set(files) | set(STORED))
         close = [k for k in known if name.lower() in k or k in name.lower()]
         hint = f" Did you mean {', '.join(close)}?" if close else " Run `qkdb views` for the list."
         raise QueryError(f"no table or view named {name!r} in the warehouse.{hint}")
@@ -348,8 +348,8 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> Description:
             continue
         seen.add(col)
         cols.append((col, typ, comment))
-    if name in TABLES or name in DERIVED:
-        table = TABLES.get(name) or DERIVED[name]
+    if name in STORED:
+        table = STORED[name]
         docs = {c.name: c.doc for c in table.columns}
         return Description(
             name, "table", table.doc, [(c, t, cm or docs.get(c, "")) for c, t, cm in cols]

@@ -153,6 +153,7 @@ COMMANDS = {
     "hub": ("hub", "The Hugging Face Hub dataset repo (one branch per model)."),
     "publish": ("sharing", "Publish the warehouse's tables, manifest, findings and a dataset card to a Hub dataset repo, in one commit."),
     "pull": ("sharing", "Add the models of a published warehouse to this one, each as an ingest adds it (atomically; never over other data unless --force)."),
+    "benchmarks": ("benchmarks", "Long-context benchmark scores (LongBench-Pro, RULER, your own) and which captured model stands for which benchmarked one."),
     "chart": ("chart", "Render one of the seeds' figures from the warehouse; the output's extension picks the format."),
     "report": ("chart", "One self-contained HTML page (works offline): models, findings and every figure the data supports."),
     "sniff": ("sniff", "Capture queries and keys of a causal LM (local folder, Hub model or GGUF) into the sniffed-qk layout."),

@@ -35,6 +35,7 @@ SPEC_NAMES = [
     "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
     "series-trajectory", "series-bias-decomposition",
     "plasticity-profile", "plasticity-heatmap", "plasticity-by-taxonomy", "recency-check", "series-plasticity",
+    "plasticity-vs-benchmark", "plasticity-retention",
 ]
 
 @pytest.fixture(scope="session")
@@ -324,6 +325,14 @@ GOLDEN.update({
         {"mark": "line", "encoding": ["x=checkpoint:nominal", "y=value:quantitative"]}]}},
 })
 GOLDEN["depth-heatmap-rk"] = GOLDEN["depth-heatmap-rq"]
+# A point per model: exact matches filled circles, the others hollow diamonds, every point named.
+GOLDEN["plasticity-vs-benchmark"] = {"layer": [
+    {"mark": "circle", "encoding": ["color=family:nominal", "x=value:quantitative", "y=score:quantitative"]},
+    {"mark": "point", "encoding": ["color=family:nominal", "x=value:quantitative", "y=score:quantitative"]},
+    {"mark": "text", "encoding": ["text=model:nominal", "x=value:quantitative", "y=score:quantitative"]}]}
+GOLDEN["plasticity-retention"] = {"layer": [
+    {"mark": m, "encoding": [*enc, "x=ap_retention:quantitative", "y=score_retention:quantitative"]}
+    for m, enc in (("circle", ["color=family:nominal"]), ("point", ["color=family:nominal"]), ("text", ["text=model:nominal"]))]}
 GOLDEN["ab-plane-collage"] = GOLDEN["pca-collage"]
 GOLDEN["series-depth-heatmap-rq"] = GOLDEN["series-depth-heatmap-rk"]
 

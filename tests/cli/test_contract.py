@@ -117,6 +117,10 @@ def _failing(name: str, p: dict) -> tuple[list[str], str]:
         "hub push": (["hub", "push", missing, "--repo", "x/y", "--endpoint", "http://127.0.0.1:9"], "not_found"),
         "publish": (["publish", "x/y", "--home", missing, "--endpoint", "http://127.0.0.1:9"], "not_found"),
         "pull": (["pull", "x/y", "--home", missing, "--endpoint", "http://127.0.0.1:9"], "network"),
+        "benchmarks list": (["benchmarks", "list", "--home", str(p["file"])], "input"),
+        "benchmarks show": (["benchmarks", "show", "no-such-model", "--home", missing], "not_found"),
+        "benchmarks import": (["benchmarks", "import", missing, "--home", missing], "not_found"),
+        "benchmarks map": (["benchmarks", "map", "m", "B", "--match-kind", "same", "--home", missing], "input"),
     }[name]
 
 

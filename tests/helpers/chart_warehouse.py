@@ -29,4 +29,16 @@ def build_chart_warehouse(root: Path) -> Path:
         ds = simulate(root / name, layers=LAYERS, q_heads=4, kv_heads=1, head_dim=HEAD_DIM, vectors=VECTORS,
                       model=name, family="SmolLM3", seed=10 + i, workers=1, ranges=ranges, nope_layers=(3,))
         qkdb.api.ingest(ds, name, gqa_ratio=4, n_layers=LAYERS, workers=1, home=home)
+    # A benchmark at the simulated lengths (1k-4k tokens), each pooled model standing for one of its models.
+    scores = root / "toybench.csv"
+    scores.write_text("benchmark,bench_model,mode,slice_kind,slice,score\n" + "".join(
+        f"toybench,{bench},nonthinking,{kind},{sl},{score}\n"
+        for bench, base in (("Toy-A", 60.0), ("Toy-B", 45.0), ("Toy-C", 30.0))
+        for kind, sl, score in (("overall", "overall", base), ("token_length", "1k", base + 10), ("token_length", "2k", base + 5),
+                                ("token_length", "4k", base - 5 * (base / 30)))))
+    mapping = root / "toybench_models.csv"
+    mapping.write_text("model,benchmark,bench_model,match_kind\n" + "".join(
+        f"{model},toybench,{bench},{kind}\n"
+        for model, bench, kind in zip(POOLED_MODELS, ("Toy-A", "Toy-B", "Toy-C"), ("exact", "base_vs_instruct", "other"))))
+    qkdb.api.import_benchmarks([scores, mapping], home)
     return home

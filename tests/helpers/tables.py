@@ -35,6 +35,7 @@ MODELS = [
 POOLED = {"a1", "a2", "b1", "s4"}  # standalone models and the series' latest checkpoint
 N_LAYERS, N_HEADS, N_PCS, N_PAIRS, N_PLANES = 4, 5, 3, 6, 4
 NOPE_LAYER = 3  # in the series models only: the control layer
+N_LENGTH_BINS = 8  # plasticity_profile's length bins (1k .. 128k tokens of context)
 
 # PC0 (r_q, r_k) planted per head index: one head in each taxonomy category.
 CATEGORY_OF_HEAD = ["position-dominated", "q-positional", "k-positional", "content-focused", "mixed"]
@@ -72,6 +73,7 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
     rows: dict[str, list[dict]] = {name: [] for name in TABLES}
     # The draws that the series shares across checkpoints (so s4 = s3 with alpha_k x 0.1).
     u_head = rng.uniform(0, 1, size=(N_LAYERS, N_HEADS))
+    length_rng = np.random.default_rng([seed, 39])
     for model, family, series, order, phase, step in models:
         rows["models"].append(dict(
             model=model, family=family, series=series, series_order=order, phase=phase, step=step,
@@ -142,6 +144,12 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
                         key, estimator=est, context_length=4096, ap_overall=ap + shift, ap_first20=ap + shift + drop / 2,
                         ap_last20=ap + shift - drop / 2, ap_drop=drop, ap_retention=(ap - drop / 2) / (ap + drop / 2),
                         n_pairs=9 * 1024, gauss_gap=0.02))
+                # AP by context length, falling with it (its own draws: the tables above stay as they were).
+                for k in range(N_LENGTH_BINS):
+                    hi = 1024 * 2**k
+                    rows["plasticity_profile"].append(dict(
+                        key, estimator="empirical", bin_kind="length", bin=k, lo=0 if k == 0 else hi // 2, hi=hi,
+                        tau=0.75 * hi, n_q=64, n_pairs=1024, ap=ap - 0.02 * k + length_rng.uniform(-0.02, 0.02)))
                 ratio = rng.uniform(0.9, 1.3)
                 rows["recency"].append(dict(
                     key, logit_slope=mu_q_a * alpha_k * ratio, logit_slope_se=1e-4, predicted_slope=mu_q_a * alpha_k,
@@ -165,6 +173,7 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
 def make_connection(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the base tables as tables and every finding view created."""
     con = duckdb.connect()
+    tables = {**bundled_imported(), **tables}
     for name, tbl in tables.items():
         con.register(f"_src_{name}", tbl)
         con.execute(f'create table "{name}" as select * from "_src_{name}"')
@@ -172,6 +181,16 @@ def make_connection(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
     create_views(con)
     intervals.install(con)  # as the warehouse does when models are published
     return con
+
+
+def bundled_imported() -> dict[str, pa.Table]:
+    """The benchmark tables as a new warehouse has them: what qkdb ships, nothing imported."""
+    from qkdb.warehouse.benchmark_files import bundled_rows
+    from qkdb.warehouse.benchmarks import to_table
+    from qkdb.warehouse.schema import IMPORTED
+
+    rows = bundled_rows()
+    return {name: to_table(table, rows[name], "bundled") for name, table in IMPORTED.items()}
 
 
 def empty_tables() -> dict[str, pa.Table]:

@@ -37,7 +37,7 @@ SEED_MODELS = [
 ]
 MU_Q_A = {m[0]: mu for m, mu in zip(SEED_MODELS[5:], (2.0, 4.0, 4.0, 6.0))}  # x2 early, +50% in LC
 ALPHA = {SEED_MODELS[-1][0]: 0.1}  # alpha_k -90% in LC (so bias x 0.15: -85%)
-N_CLAIMS = 82
+N_CLAIMS = 84
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,10 @@ def test_every_finding_has_data_when_everything_is_ingested(found):
         # none (heads not ingested can only raise it), and says so.
         lo, hi, v = r["ci_low"], r["ci_high"], r["measured_value"]
         assert r["estimand"] in ("these models", "models like these"), r["id"]
+        if r["id"].startswith("003.ecl."):  # 3 models mapped to LongBench-Pro: too few to resample
+            assert r["n_models"] == 3 and r["status"] == "inconclusive" and _missing(lo)
+            assert r["ci_method"].startswith("descriptive only (3 models (fewer than 10); 2 of 3 matches not exact)")
+            continue
         if r["id"] == "002.F4.max_angle_r":
             assert _missing(lo) and _missing(hi) and r["ci_method"].startswith("none:")
             assert r["status"] == "inconclusive" and not r["measured"].endswith("]")

@@ -125,6 +125,10 @@ def test_own_column_lines_name_real_columns(con):
         assert set(v.columns) <= cols, f"{v.name}: documents missing columns {set(v.columns) - cols}"
 
 
+# Views that hold the shipped benchmark scores and reference values in every warehouse.
+REFERENCE_VIEWS = ("benchmark_runs", "model_metrics", "plasticity_benchmark", "plasticity_length", "plasticity_benchmark_fit")
+
+
 def test_views_are_empty_on_empty_tables_and_recreation_is_idempotent():
     c = make_connection(empty_tables())
     names = [v.name for v in load_view_files()]
@@ -132,6 +136,9 @@ def test_views_are_empty_on_empty_tables_and_recreation_is_idempotent():
         n = c.execute(f'select count(*) from "{name}"').fetchall()[0][0]
         if name in ("params", "finding_state"):
             assert n == 1
+        elif name in REFERENCE_VIEWS:  # the shipped scores and the author's values: nothing of this warehouse
+            own = c.execute(f"select count(*) from \"{name}\" where source = 'qkdb'").fetchall()[0][0] if name != "benchmark_runs" else 0
+            assert n > 0 and own == 0, name
         elif name == "findings":  # every finding is listed, each without data
             statuses = {r[0] for r in c.execute("select status from findings").fetchall()}
             assert statuses == {"no data"}
