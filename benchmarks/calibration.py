@@ -123,6 +123,7 @@ def connect(models: list[dict[str, pa.Table]], intervals: bool = True):
 
     from qkdb.warehouse import intervals as finding_intervals
     from qkdb.warehouse.batches import empty_table
+    from qkdb.warehouse.benchmarks import bundled_tables
     from qkdb.warehouse.schema import TABLES
     from qkdb.warehouse.views import create_views
 
@@ -133,6 +134,11 @@ def connect(models: list[dict[str, pa.Table]], intervals: bool = True):
             empty = empty_table(table)
             parts = [empty.append_column("model", pa.array([], pa.string())).select([c.name for c in table.columns])]
         con.register("_src", pa.concat_tables(parts))
+        con.execute(f'create table "{name}" as select * from _src')
+        con.unregister("_src")
+    # The views over benchmark scores read the shipped tables, as a fresh warehouse's would.
+    for name, table in bundled_tables().items():
+        con.register("_src", table)
         con.execute(f'create table "{name}" as select * from _src')
         con.unregister("_src")
     create_views(con)

@@ -118,6 +118,13 @@ def imported_count(home: Path, name: str) -> int:
     return pq.read_metadata(path).num_rows if path.exists() else 0
 
 
+def bundled_tables() -> dict[str, pa.Table]:
+    """The shipped benchmark tables (scores, the registry's mapping, the author's values), as Arrow."""
+    from qkdb.warehouse.benchmark_files import bundled_rows
+
+    rows = bundled_rows()
+    return {name: to_table(t, rows[name], "bundled") for name, t in IMPORTED.items()}
+
 
 def benchmarks_memory_connection() -> duckdb.DuckDBPyConnection:
     """An in-memory database with the shipped benchmark tables, empty model tables and every view.
@@ -127,14 +134,12 @@ def benchmarks_memory_connection() -> duckdb.DuckDBPyConnection:
     """
     import duckdb
 
-    from qkdb.warehouse.benchmark_files import bundled_rows
     from qkdb.warehouse.schema import TABLES
     from qkdb.warehouse.views import create_views
 
     con = duckdb.connect()
-    rows = bundled_rows()
     tables = {name: _empty(t) for name, t in TABLES.items()}
-    tables.update({name: to_table(t, rows[name], "bundled") for name, t in IMPORTED.items()})
+    tables.update(bundled_tables())
     for name, data in tables.items():
         con.register("_qkdb_src", data)
         con.execute(f'create table "{name}" as select * from _qkdb_src')
