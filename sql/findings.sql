@@ -376,6 +376,9 @@ select
         when f.value is null then null
         else
             case
+                -- The count's bounds said in words: a bare "[0, 2]" after the families' own brackets read as one more r.
+                when f.id = '002.F5.simpson' then
+                    printf('%d (%d sure, %d possible): ', f.value::bigint, f.ci_low::bigint, f.ci_high::bigint) || f.text
                 when f.text is not null then f.s[1] || ': ' || f.text
                 when f.id = '002.F2.bias_negative' then
                     printf('%d of %d heads (%s)', f.sum_x::bigint, f.n_heads, f.s[1])
@@ -385,7 +388,7 @@ select
                     || ': ' || f.s[1]
                 else f.s[1]
             end
-            || case when f.ci_low is not null and f.test <> 'tiny' then ' [' || f.s[8] || ', ' || f.s[9] || ']' else '' end
+            || case when f.ci_low is not null and f.test <> 'tiny' and f.id <> '002.F5.simpson' then ' [' || f.s[8] || ', ' || f.s[9] || ']' else '' end
     end as measured,
     f.ci_low,
     f.ci_high,

@@ -68,7 +68,7 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise RegistryError(
             f"unknown model {name!r}: not in the registry, so give its facts with {', '.join(missing)} "
-            f"(and --family).{hint}"
+            f"(and --family).{hint}", kind="not_found",  # an unknown name, whatever the command (docs/cli.md)
         )
     return spec
 

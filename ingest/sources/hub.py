@@ -405,7 +405,7 @@ def list_files(
     files, origin = cached_listing(repo, commit, cache)
     if not files:
         raise HubError(
-            f"{where(repo, revision)}: offline and nothing of commit {commit[:12]} is in the Hugging Face cache ({cache})"
+            f"{where(repo, revision)}: offline and nothing of commit {commit} is in the Hugging Face cache ({cache})"
         )
     return commit, files, origin
 

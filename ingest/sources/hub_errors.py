@@ -105,7 +105,7 @@ def revision_not_found(api: HfApi, repo: str, revision: str, token) -> HubError:
     if close:
         hint = f"; close branches: {', '.join(close)}"
     elif branches:
-        hint = f"; it has {len(branches)} branches (see `qkdb hub list --repo {repo}`)"
+        hint = f"; it has {len(branches)} branch{'' if len(branches) == 1 else 'es'} (see `qkdb hub list --repo {repo}`)"
     else:
         hint = ""
     return HubError(f"{where(repo)}: {kind} {revision!r} not found{hint}", kind="not_found")

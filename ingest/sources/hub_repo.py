@@ -324,20 +324,20 @@ def _after_failure(api, done: Committed, files: Mapping[str, Path | bytes], fail
     except HubError:
         raise HubError(
             f"{failure}; the branch could not be checked afterwards: the Hub makes a commit whole or not at all, so "
-            f"{repo}@{branch} is either still at {parent[:12]} or holds all of this commit; run it again to be sure",
+            f"{repo}@{branch} is either still at {parent} or holds all of this commit; run it again to be sure",
             kind=failure.kind,
         ) from None
     if now == parent:
         raise HubError(
-            f"{failure}; {repo}@{branch} is unchanged (still at {parent[:12]}): run it again, objects already "
+            f"{failure}; {repo}@{branch} is unchanged (still at {parent}): run it again, objects already "
             "uploaded are not sent twice", kind=failure.kind,
         ) from None
     if current is not None and set(current) - set(KEEP) == set(files) and all(_same(files[p], current[p]) for p in files):
         done.commit = now
-        done.note = f"the Hub's reply to the commit was lost ({failure}), but {repo}@{branch} holds it, whole, at {now[:12]}"
+        done.note = f"the Hub's reply to the commit was lost ({failure}), but {repo}@{branch} holds it, whole, at {now}"
         return done
     raise HubError(
-        f"{failure}; {repo}@{branch} moved to {str(now)[:12]} meanwhile, by another writer: nothing of this was committed",
+        f"{failure}; {repo}@{branch} moved to {now} meanwhile, by another writer: nothing of this was committed",
         kind=failure.kind,
     ) from None
 

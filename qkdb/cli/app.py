@@ -52,6 +52,16 @@ class QkdbGroup(typer.core.TyperGroup):
         finally:
             self._listing = False
 
+    def resolve_command(self, ctx: typer.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(COMMANDS), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint} `qkdb --help` lists them all.")
+        return super().resolve_command(ctx, args)
+
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         # --debug is accepted anywhere on the line (`qkdb query "..." --debug`), not only before
         # the command as click would have it (up to a "--", after which everything is an argument).
@@ -126,10 +136,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from qkdb._version import version
+
+        typer.echo(f"qkdb {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     # Listed for --help only: QkdbGroup.parse_args has already taken it off the line.
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.", expose_value=False),
+    _version: bool = typer.Option(False, "--version", help="Print qkdb's version and exit.", is_eager=True,
+                                  callback=_print_version, expose_value=False),
 ) -> None:
     pass
 

@@ -48,7 +48,7 @@ def list_branches(
     table = pa.table(
         {
             "branch": pa.array([b.name for b in branches], pa.string()),
-            "commit": pa.array([(b.commit or "")[:12] for b in branches], pa.string()),
+            "commit": pa.array([b.commit or "" for b in branches], pa.string()),
             "models": pa.array([", ".join(b.models) for b in branches], pa.string()),
         }
     )
@@ -89,9 +89,9 @@ def push_folder(folder: Path, repo: str, branch: str, *, private: bool = False, 
     if done.note:
         note(f"note: {done.note}")
     if not done.changed:
-        note(f"{repo}@{branch} already holds this capture, byte for byte: nothing uploaded (at {done.commit[:12]})")
+        note(f"{repo}@{branch} already holds this capture, byte for byte: nothing uploaded (at {done.commit})")
     else:
-        note(f"pushed {folder} to {repo}@{branch} in one commit {done.commit[:12]}: {len(done.added)} files uploaded"
+        note(f"pushed {folder} to {repo}@{branch} in one commit {done.commit}: {len(done.added)} files uploaded"
              + (f", {len(done.deleted)} removed" if done.deleted else ""))
     note(f"next: qkdb ingest --repo {repo} --revision {branch}")
 

@@ -192,14 +192,15 @@ def _print_table(names: list[str], cells: list[list[str]], fh: IO[str], to_termi
     from rich.console import Console
     from rich.table import Table
 
-    from qkdb.cli.table_fit import ELIDED, fit_columns, frame_width
+    from qkdb.cli.table_fit import ELIDED, fit_columns, frame_width, importance
 
     terminal = to_terminal and sys.stdout.isatty()
     if not terminal and _plain(names, cells):
         fh.write(_box_lines(names, cells))
         return
     console = out_console() if to_terminal else None
-    fit = fit_columns(names, cells, console.width if terminal else None)
+    order, essential = importance(names, cells) if terminal else (None, 0)
+    fit = fit_columns(names, cells, console.width if terminal else None, order, essential)
     table = Table(show_header=True, header_style="bold", show_lines=False)
     for i, w in zip(fit.columns, fit.widths):
         table.add_column(names[i], width=w, overflow="fold")
@@ -212,6 +213,18 @@ def _print_table(names: list[str], cells: list[list[str]], fh: IO[str], to_termi
     console.print(table)
     if fit.elided:
         note(f"{len(fit.columns)} of {len(names)} columns shown; {all_columns} for all")
+        kept = set(fit.columns)
+        note(_hidden_line([n for i, n in enumerate(names) if i not in kept], console.width))
+
+
+def _hidden_line(hidden: list[str], width: int) -> str:
+    """``hidden: a, b, c and 4 more``: the elided columns' names, in one line of at most ``width`` characters."""
+    for k in range(len(hidden), 0, -1):
+        rest = len(hidden) - k
+        line = "hidden: " + ", ".join(hidden[:k]) + (f" and {rest} more" if rest else "")
+        if len(line) <= width:
+            return line
+    return f"hidden: {len(hidden)} columns"
 
 
 def _plain(names: list[str], cells: list[list[str]]) -> bool:

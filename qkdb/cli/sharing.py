@@ -70,10 +70,10 @@ def publish(
     where = f"{repo}@{branch}"
     if not done.changed:
         note(f"{where} already holds these {len(done.models)} model(s), byte for byte: nothing uploaded, no commit "
-             f"(at {done.commit[:12]})")
+             f"(at {done.commit})")
         return
     note(
-        f"published {len(done.models)} model(s) to {where} in one commit {done.commit[:12]}: "
+        f"published {len(done.models)} model(s) to {where} in one commit {done.commit}: "
         f"{len(done.uploaded)} of {done.files} files uploaded ({_size(done.bytes_sent)} of {_size(done.bytes_total)})"
         + (f", {len(done.deleted)} removed" if done.deleted else "")
         + (" (new repo" + (", private)" if private else ")") if done.created_repo else "")
@@ -113,7 +113,7 @@ def pull(
         parts.append(f"replaced {', '.join(done.replaced)}")
     if done.unchanged:
         parts.append(f"already here with the same data: {', '.join(done.unchanged)}")
-    note(f"pulled {done.repo}@{done.revision} ({done.commit[:12]}) into {done.home}: " + "; ".join(parts))
+    note(f"pulled {done.repo}@{done.revision} ({done.commit}) into {done.home}: " + "; ".join(parts))
     if done.findings_match is True:
         note("findings: the same as the publisher's, row for row")
     elif done.findings_match is False:

@@ -35,12 +35,13 @@ COMMANDS: list[tuple[str, tuple[str, ...], str, str]] = [
     (".tables", (), "", "warehouse tables"),
     (".describe", (".d",), "NAME", "columns of a table or view, with types and descriptions"),
     (".format", (".mode",), "[FMT]", "output format: table, line (one record per row), csv, json, jsonl, markdown (none: show it)"),
+    (".x", ("\\x", ".expanded"), "", "expanded mode on or off: one record per block, every column (.format line / table)"),
     (".help", (".h",), "", "this text (or: help)"),
     (".quit", (".exit", ".q"), "", "leave (or: exit, quit, Ctrl-D)"),
 ]
 TEXT_FORMATS = [f.value for f in Format if f is not Format.parquet]
 # What a table too wide for the terminal says about the columns it elides, in the shell's words.
-ALL_COLUMNS = ".format line (one record per row) or .format csv"
+ALL_COLUMNS = ".x (expanded: one record per row) or .format csv"
 # Typed alone at the prompt, these mean what they say (none is a SQL statement).
 BARE_WORDS = {"help": ".help", "exit": ".quit", "quit": ".quit"}
 
@@ -149,6 +150,9 @@ class Shell:
             self._describe(arg)
         elif name == ".format":
             self._format(arg)
+        elif name == ".x":
+            self.fmt = Format.table if self.fmt is Format.line else Format.line
+            note(f"expanded mode {'on' if self.fmt is Format.line else 'off'} (output format: {self.fmt.value})")
         return True
 
     def _describe(self, arg: str) -> None:
@@ -205,7 +209,7 @@ class Shell:
                 continue
             if bare:
                 line = bare
-            if not buffer and line.strip().startswith("."):
+            if not buffer and line.strip().startswith((".", "\\")):
                 if not self.command(line):
                     return
                 continue

@@ -3,8 +3,9 @@
 A column is never squeezed below its header, nor below the width of its values when they are short
 (ids, names, numbers: a key cut or broken over lines reads as another key). Only columns of long
 text (a statement, a description) get less than their widest value, never less than
-:data:`LONG_TEXT_MIN`, and wrap inside it. Columns are kept from the left (where the keys are)
-while they fit; the others are elided behind one ``…`` column and counted for a note.
+:data:`LONG_TEXT_MIN`, and wrap inside it. Columns are kept in their order of importance
+(:func:`importance`: keys, then the values, then context) while they fit; the others are elided
+behind one ``…`` column and named in a note.
 """
 
 from __future__ import annotations
@@ -30,25 +31,99 @@ def frame_width(widths: list[int]) -> int:
     return sum(w + 3 for w in widths) + 1
 
 
-def fit_columns(names: list[str], rows: list[list[str]], width: int | None) -> Fit:
+# Columns that say which row this is (kept first), and the values a finding or view exists for
+# (kept next, before any other number). Everything else that is text, and above all long text (a
+# statement, a description, the seed's wording), is context: the first to go.
+KEYS = frozenset({
+    "model", "id", "scope", "family", "series", "checkpoint", "step", "layer", "head", "kv_head", "pc", "plane",
+    "estimator", "bin_kind", "bin", "benchmark", "bench_model", "name", "table", "column", "metric", "taxonomy",
+})
+VALUES = (  # in this order: a finding's measured value (with its interval) before its verdict, then the rest
+    "measured", "status", "verdict", "ingested", "value", "fraction", "n", "n_heads", "n_models",
+)
+CONTEXT = frozenset({
+    "seed", "finding", "statement", "estimand", "criterion", "ci_method", "seed_value", "description", "notes",
+    "note", "why", "source", "location", "reads", "unit",
+})
+
+
+def importance(names: list[str], rows: list[list[str]]) -> tuple[list[int], int]:
+    """The columns' indices from the most important to the least, and how many of them are essential.
+
+    The order: keys, the values (a finding's measured value and verdict, a fraction), other numbers,
+    short text, context (long text, descriptions). Within a rank the table's own order is kept. The
+    essential ones are the keys and the values: a narrow terminal wraps them before dropping them,
+    and drops every other column from the end of the order first.
+    """
+    def numeric(i: int) -> bool:
+        seen = False
+        for r in rows:
+            cell = r[i]
+            if cell in ("NULL", "NaN", ""):
+                continue
+            try:
+                float(cell)
+            except ValueError:
+                return False
+            seen = True
+        return seen
+
+    def rank(i: int) -> tuple[int, int]:
+        name = names[i].lower()
+        long = any(_longest_line(r[i]) > SHORT for r in rows)  # wraps: a key that wraps reads as two rows
+        if name in KEYS and not long:
+            return 0, i
+        if name in VALUES:
+            return 1, VALUES.index(name)
+        if name in CONTEXT or long:
+            return 4, i
+        return (2 if numeric(i) else 3), i
+
+    ranks = {i: rank(i) for i in range(len(names))}
+    order = sorted(range(len(names)), key=ranks.__getitem__)
+    return order, sum(ranks[i][0] <= 1 for i in order)
+
+
+def fit_columns(names: list[str], rows: list[list[str]], width: int | None, order: list[int] | None = None,
+                essential: int = 0) -> Fit:
     """The columns of a table (``names``, cells as text) that fit ``width`` characters, and their widths.
 
-    ``width`` None: every column at its natural width (a file or a pipe has no edge).
+    ``width`` None: every column at its natural width (a file or a pipe has no edge). ``order``: the
+    columns from the most important (default: the table's order); those that do not fit are dropped
+    from its end, and the ones shown keep the table's order. The first ``essential`` of them may
+    wrap their long values to make room for each other; the rest are added only while every value
+    of up to :data:`SHORT` characters stays whole.
     """
     natural = [max([len(n)] + [_longest_line(r[i]) for r in rows]) for i, n in enumerate(names)]
     if width is None:
         return Fit(list(range(len(names))), natural, 0)
-    least = [n if n <= SHORT else max(len(h), LONG_TEXT_MIN) for h, n in zip(names, natural)]
+    # At least: the header, and every value of up to SHORT characters whole (one long value in a
+    # column must not break the others); long text wraps, never in fewer than LONG_TEXT_MIN.
+    least = [n if n <= SHORT else max([len(h), LONG_TEXT_MIN] + [k for r in rows if (k := _longest_line(r[i])) <= SHORT])
+             for i, (h, n) in enumerate(zip(names, natural))]
+    # Squeezed: a column with long values in LONG_TEXT_MIN (its short values may wrap too).
+    squeezed = [n if n <= SHORT else max(len(h), LONG_TEXT_MIN) for h, n in zip(names, natural)]
+    sizes = least
     shown: list[int] = []
-    for i in range(len(names)):
+    for pos, i in enumerate(order if order is not None else range(len(names))):
         rest = len(names) - len(shown) - 1  # columns after this one: if any, the elision column needs room
-        need = frame_width([least[j] for j in shown] + [least[i]] + ([len(ELIDED)] if rest else []))
-        if need > width:
+
+        def need(ws: list[int]) -> int:
+            return frame_width([ws[j] for j in shown] + [ws[i]] + ([len(ELIDED)] if rest else []))
+
+        if need(sizes) <= width:
+            shown.append(i)
+        elif pos < essential and need(squeezed) <= width:
+            sizes = squeezed  # the essential columns wrap rather than one of them being dropped
+            shown.append(i)
+        else:
             break
-        shown.append(i)
+    shown.sort()
+    least = sizes
     if not shown:  # not even the first column fits: it gets what there is (a terminal narrower than a key)
+        first = order[0] if order else 0
         others = len(ELIDED) + 3 if len(names) > 1 else 0
-        return Fit([0], [max(1, width - frame_width([0]) - others)], len(names) - 1)
+        return Fit([first], [max(1, width - frame_width([0]) - others)], len(names) - 1)
     widths = [least[i] for i in shown]
     elided = len(names) - len(shown)
     spare = width - frame_width(widths + ([len(ELIDED)] if elided else []))

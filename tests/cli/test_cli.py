@@ -139,7 +139,7 @@ def test_parsed_statements_run_as_parsed(home):
 
 def test_unknown_model_suggests_close_names(runner, dataset):
     result = runner.invoke(app, ["ingest", "--path", str(dataset), "--model", "qwen3-8", "-q"])
-    assert result.exit_code == EXIT_CODES["input"]  # (a new model needs its facts: bad input, not a lookup)
+    assert result.exit_code == EXIT_CODES["not_found"]  # an unknown name: the same code as in `describe`, `remove`
     assert "unknown model 'qwen3-8'" in result.stderr and "qwen3-8b" in result.stderr
 
 
@@ -393,3 +393,24 @@ def test_several_models_are_each_said_as_they_finish_not_at_the_end_of_the_batch
     rest = "".join(line for line in rest.splitlines(keepends=True) if not line.startswith("note: "))
     assert out == "" and rest.startswith("ingested b: ")
     assert store.ingested_models(home) == ["a", "b"]
+
+
+def test_version_prints_the_installed_version(runner):
+    from qkdb._version import version
+
+    out = runner.invoke(app, ["--version"])
+    assert out.exit_code == 0
+    assert out.stdout.strip() == f"qkdb {version()}"
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("quer", "query"), ("benchmark", "benchmarks"), ("finding", "findings")])
+def test_a_mistyped_command_is_told_the_one_it_resembles(runner, typed, meant):
+    out = runner.invoke(app, [typed])
+    assert out.exit_code == 2
+    assert f"Did you mean '{meant}'" in out.stderr
+
+
+def test_an_unknown_command_without_a_neighbour_points_to_the_listing(runner):
+    out = runner.invoke(app, ["zzz"])
+    assert out.exit_code == 2
+    assert "No such command 'zzz'" in out.stderr and "Did you mean" not in out.stderr

@@ -36,9 +36,9 @@ def warehouse(tmp_path_factory):
     return home
 
 
-def _screen(*args: str, home) -> list[str]:
-    """What ``qkdb ARGS`` shows on a terminal WIDTH columns wide (stdout and stderr), line by line, without colour codes."""
-    child = spawn_qkdb(*args, "--home", str(home), columns=WIDTH, timeout=120)
+def _screen(*args: str, home, width: int = WIDTH) -> list[str]:
+    """What ``qkdb ARGS`` shows on a terminal ``width`` columns wide (stdout and stderr), line by line, without colour codes."""
+    child = spawn_qkdb(*args, "--home", str(home), columns=width, timeout=120)
     assert finish(child, timeout=120) == 0, child.transcript.getvalue()
     return [ANSI.sub("", line) for line in child.transcript.getvalue().replace("\r\n", "\n").splitlines()]
 
@@ -85,9 +85,47 @@ def test_query_shows_the_columns_that_fit_whole_and_says_how_many(warehouse):
     lines = _screen("query", sql, home=warehouse)
     assert max(len(line) for line in lines) <= WIDTH
     header, body = _table(lines)
-    assert header[-1] == "\u2026" and header[:-1] == columns[: len(header) - 1]  # whole names, from the left
+    assert header[-1] == "\u2026" and header[:-1] == [c for c in columns if c in header]  # whole names, in order
     assert len(header) - 1 >= 5 and len(body) == 3  # one line per row: no cell broken over lines
     assert f"{len(header) - 1} of {len(columns)} columns shown; --format line (one record per row) or --format csv for all" in lines
+    hidden = next(line for line in lines if line.startswith("hidden: "))
+    assert hidden.startswith("hidden: " + ", ".join(c for c in columns if c not in header)[:20])
+
+
+# The issue's three examples: what the user asked for must survive a narrow terminal.
+NARROW = [  # (sql, the columns a narrow terminal must show, and those it must show from 100 columns on)
+    ("from findings", ["id", "measured"], ["status"]),
+    ("select * from head_metrics limit 3", ["model", "layer", "head"], []),
+    ("from taxonomy_fractions where scope = 'family'", ["scope", "family", "fraction"], []),
+]
+
+
+@pytest.mark.parametrize("width", [80, 100])
+@pytest.mark.parametrize(("sql", "wanted", "from_100"), NARROW, ids=["findings", "head_metrics", "taxonomy_fractions"])
+def test_a_narrow_terminal_drops_context_never_the_values(warehouse, sql, wanted, from_100, width):
+    wanted = wanted + (from_100 if width >= 100 else [])
+    columns = _columns(warehouse, sql)
+    lines = _screen("query", sql, home=warehouse, width=width)
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert max(len(line) for line in table) <= width, "\n".join(lines)
+    header, _ = _table(lines)
+    assert set(wanted) <= set(header), (header, columns)
+    shown = [c for c in header if c != "\u2026"]
+    assert shown == [c for c in columns if c in shown]  # the table's own order
+    if sql.startswith("select * from head_metrics"):
+        # Keys, then metrics: not one of them is a context column
+        assert sum(c not in ("model", "layer", "head", "kv_head") for c in shown) >= 2
+    if "\u2026" in header:  # what is elided is context, after the values
+        assert not {"measured", "fraction"} & (set(columns) - set(shown))
+        assert any(line.startswith("hidden: ") for line in lines)
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_line_format_is_the_expanded_mode_of_a_narrow_table(warehouse, width):
+    lines = _screen("query", "from findings limit 2", "-f", "line", home=warehouse, width=width)
+    records = "\n".join(lines).split("\n\n")
+    assert len(records) == 2
+    assert any(line.strip().startswith("statement = ") for line in records[0].splitlines())
 
 
 def test_line_format_and_files_carry_every_column(runner, warehouse, tmp_path):
@@ -122,19 +160,26 @@ def test_shell_tables_fit_and_say_how_to_see_every_column(warehouse):
     child.send("from findings;\r")
     child.expect_exact("qkdb> ")
     lines = [ANSI.sub("", line) for line in child.before.replace("\r\n", "\n").splitlines()]
-    child.send(".mode line\r")
+    child.send("\\x\r")  # psql's spelling of the expanded mode
     child.expect_exact("qkdb> ")
+    assert "expanded mode on" in child.before
     child.send("select 1 as one, 'x' as two;\r")
     child.expect_exact("qkdb> ")
     as_lines = child.before.replace("\r\n", "\n")
+    child.send(".x\r")
+    child.expect_exact("qkdb> ")
+    assert "expanded mode off (output format: table)" in child.before
     child.send("quit\r")
     assert finish(child) == 0
     n_rows = api.connect(warehouse, read_only=True).execute("select count(*) from findings").fetchone()[0]
     header, body = _table(lines)
     assert max(len(line) for line in lines) <= WIDTH and header[0] == "id"
-    assert len(body) == n_rows  # it was 1,800+ lines of 2-character columns
-    assert any(re.fullmatch(r"\d+ of \d+ columns shown; \.format line \(one record per row\) or \.format csv for all", line)
+    assert len([r for r in body if r[0]]) == n_rows  # it was 1,800+ lines of 2-character columns
+    # Only values wrap (a measured value longer than its column), never a key: every row starts with its id
+    assert all(not r[0] or re.fullmatch(r"\d{3}\.[\w.]+", r[0]) for r in body)
+    assert any(re.fullmatch(r"\d+ of \d+ columns shown; \.x \(expanded: one record per row\) or \.format csv for all", line)
                for line in lines)
+    assert {"measured", "status"} <= set(header)  # the values, before the finding's wording
     assert "one = 1" in as_lines and "two = x" in as_lines
 
 

@@ -314,7 +314,7 @@ def test_a_commit_cut_off_leaves_the_branch_as_it_was(hub, publisher):
         _publish(hub, publisher, prune=True)
     message = str(err.value)
     assert err.value.exit_code == EXIT_CODES["network"] and "\n" not in message
-    assert f"{REPO}@main is unchanged (still at {first.commit[:12]})" in message
+    assert f"{REPO}@main is unchanged (still at {first.commit})" in message
     assert hub.repos[REPO].branches["main"] == first.commit and len(hub.repos[REPO].commits) == 2
     hub.clear_log()
     again = _publish(hub, publisher)  # run again: the objects uploaded before are not sent twice

@@ -478,7 +478,7 @@ def test_cli_hub_list_table_and_json(fake, cli):
     r = cli("hub", "list", "--endpoint", fake.url, "--format", "json")
     rows = {row["branch"]: row for row in json.loads(r.stdout)}
     assert rows[QWEN.dataset_revision]["models"] == "qwen3-0.6b"
-    assert rows[LLAMA.dataset_revision]["commit"] == fake.repos[REPO].branches[LLAMA.dataset_revision][:12]
+    assert rows[LLAMA.dataset_revision]["commit"] == fake.repos[REPO].branches[LLAMA.dataset_revision]
 
 
 def test_cli_hub_list_error_is_one_line(fake, cli):
