@@ -111,7 +111,7 @@ def test_the_older_saver_state_and_unreadable_ones(heads, tmp_path, runner, home
     # Without head-sampling counts (an older capture) the facts must come from the options.
     bare = _capture(heads, tmp_path / "bare", "acme/Bare-1B", state={"model_name": "acme/Bare-1B", "model_metadata": {}})
     result = runner.invoke(app, ["ingest", "--path", str(bare), "-q", "-j", "1"])
-    assert result.exit_code == EXIT_CODES["input"] and "unknown model 'bare-1b'" in result.stderr
+    assert result.exit_code == EXIT_CODES["not_found"] and "unknown model 'bare-1b'" in result.stderr
     assert "--gqa-ratio, --n-layers" in result.stderr
     # A state that is no JSON, or counts that are no numbers: one line naming the file.
     broken = _capture(heads, tmp_path / "broken", "acme/Broken-1B")
