@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from qkdb.warehouse.schema import IMPORTED, STORED, TABLES
-from qkdb.warehouse.views import create_views, load_view_files
+from qkdb.warehouse.views import create_views, load_macro_files, load_view_files
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "data-dictionary.md"
 
@@ -59,6 +59,7 @@ def render() -> str:
     """The Markdown text of the data dictionary."""
     con = dictionary_connection()
     views = load_view_files()
+    macros = {m.name for m in load_macro_files()}
     out = [
         "# Data dictionary",
         "",
@@ -89,7 +90,9 @@ def render() -> str:
         if v.seed:
             out += [f"Seed: {_cell(v.seed)}", ""]
         if v.depends:
-            out += ["Reads: " + ", ".join(f"`{d}`" for d in v.depends), ""]
+            out += ["Reads: " + ", ".join(
+                f"`{d}`" + (f" (a table macro: [`sql/{d}.macro.sql`](../sql/{d}.macro.sql))" if d in macros else "")
+                for d in v.depends), ""]
         out += [f"Source: [`sql/{v.name}.sql`](../sql/{v.name}.sql)", ""]
         out += ["| column | type | description |", "|---|---|---|"]
         out += [f"| `{c}` | {typ} | {_cell(doc)} |" for c, typ, doc in _columns(con, v.name)]

@@ -1,6 +1,6 @@
 -- One row per headline finding of seeds 002 and 003: the seed's claim, the value measured on the ingested models with its 95% interval, and whether the claim holds here.
 -- Seed: every numbered finding of seed 003 (combined Q/K PCA) and seed 002 (planar rotation), the numbers in their tables, and the numbers their figure tables quote.
--- Depends: params, finding_values, finding_state, finding_intervals, plasticity_benchmark_fit
+-- Depends: params, finding_values, finding_state, finding_intervals, benchmark_fit
 -- How it is built: `claims` lists every finding once (what the seed says and how to test it);
 -- the measured values are computed from `finding_inputs` (the heads each finding rests on) with
 -- the finding's statistic, in `finding_values`; their 95% intervals come from `finding_intervals`, which qkdb
@@ -233,7 +233,7 @@ ecl as (
         printf('rho = %.2f%s', f.spearman_rho, coalesce(printf(' (p = %.2g)', f.perm_p_spearman), '')) as text,
         f.n as n_models,
         f.descriptive_only as descriptive
-    from plasticity_benchmark_fit f
+    from benchmark_fit('qkdb') f  -- (the macro: the author's fits are not computed here)
     where f.source = 'qkdb' and f.benchmark = 'longbench-pro'
         and ((f.x_metric = 'ap_drop' and f.y_metric = 'overall')
              or (f.x_metric = 'ap_length_retention' and f.y_metric = 'score_length_retention'))

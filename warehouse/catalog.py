@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 from qkdb.errors import WarehouseError
-from qkdb.warehouse.home import catalog_path, ensure_writable
+from qkdb.warehouse.home import catalog_path, ensure_writable, ingested_models
 
 if TYPE_CHECKING:  # (at run time, imported where used: opening a current catalog needs none of them)
     import duckdb
@@ -69,13 +69,20 @@ def location_guard(home: Path) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _scratch() -> duckdb.DuckDBPyConnection:
+    # One in-memory connection to read types with: opening one costs ~25 ms, a table's types none.
+    import duckdb
+
+    return duckdb.connect()
+
+
 @functools.lru_cache(maxsize=None)  # (a connection's worth of work: a figure asks per query)
 def _typed_nulls(table: Table) -> str:
     """A zero-row select of the table's columns with their DuckDB types (binds without any file)."""
     from qkdb.warehouse.batches import empty_table
-    import duckdb
 
-    rel = duckdb.connect().from_arrow(empty_table(table))
+    rel = _scratch().from_arrow(empty_table(table))
     types = {name: str(t) for name, t in zip(rel.columns, rel.dtypes)}
     types.setdefault("model", "VARCHAR")  # (the partition column, not in the files)
     cols = ", ".join(f'cast(null as {types[c.name]}) as "{c.name}"' for c in table.columns)
@@ -212,12 +219,23 @@ def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
     from qkdb.warehouse.views import create_views
 
     con.execute("begin")
-    for table, sql in _views_sql(home):
+    bases = _views_sql(home)
+    for table, sql in bases:
         con.execute(f'create or replace view "{table.name}" as {sql}')
         con.execute(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
         for c in table.columns:
             con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
-    create_views(con)
+    # DuckDB binds a view when it is created, and binding a base view globs and reads parquet
+    # footers: the finding views, which read the base views ~100 times over, took ~2 s to create.
+    # They are created over empty temp tables of the base views' exact types instead (a temp
+    # object shadows main's while it exists), which are dropped after: a view keeps its SQL text,
+    # bound again at each query, so it then reads the base views. (A type that differed would fail
+    # every query with DuckDB's "contents of view were altered", which the tests would see.)
+    for table, _ in bases:
+        con.execute(f'create temp table "{table.name}" as select * from main."{table.name}" limit 0')
+    create_views(con)  # (on an error the connection is closed, its temp tables with it)
+    for table, _ in bases:
+        con.execute(f'drop table temp.main."{table.name}"')
     con.execute("create or replace table qkdb_meta (key varchar, value varchar)")
     from qkdb.warehouse.schema import TABLES
 
@@ -371,8 +389,11 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
                     _build(con, home, fp)
             finally:
                 con.close()
-        if rebuilt:
-            # New view definitions may measure differently: the stored intervals must follow.
+        if rebuilt and ingested_models(home):
+            # New view definitions may measure differently: the stored intervals must follow. (A
+            # home without a model has none to follow; its first publish refreshes them, and a
+            # reading command asks for a model first: the findings of nothing were ~2 s of every
+            # new home's first ingest.)
             refresh_intervals(home, wait=wait)
         return True
     except (Timeout, duckdb.IOException):
@@ -407,8 +428,6 @@ def open_catalog(home: Path, read_only: bool = True, wait: float = 10.0) -> duck
         con.close()
     elif read_only:
         # A reader never creates a warehouse: without a catalog, only stored models justify one.
-        from qkdb.warehouse.home import ingested_models
-
         if home.exists() and not home.is_dir():
             raise WarehouseError(f"{home} is a file, not a warehouse home", kind="input")
         if not ingested_models(home):

@@ -86,36 +86,82 @@ def parse_view(name: str, text: str) -> ViewFile:
     return ViewFile(name, text, description, depends, seed, columns, tuple(notes))
 
 
+MACRO_SUFFIX = ".macro.sql"
+_PARAMETERS = re.compile(r"^--\s*parameters\s*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
 def _read_files() -> dict[str, ViewFile]:
     views = {}
     for entry in resources.files("qkdb.sql").iterdir():
-        if entry.name.endswith(".sql"):
+        if entry.name.endswith(".sql") and not entry.name.endswith(MACRO_SUFFIX):
             name = entry.name[:-4]
             views[name] = parse_view(name, entry.read_text(encoding="utf-8"))
     return views
 
 
+@dataclass(frozen=True)
+class MacroFile:
+    """One ``sql/<name>.macro.sql`` file: a DuckDB table macro, its parameters from a ``-- Parameters:`` line.
+
+    A macro is SQL that several views share with a different filter applied first, where DuckDB
+    would not push the filter down a view's CTEs. Macros are created before every view (a table
+    macro is bound where it is called, so the views it reads need not exist yet).
+    """
+
+    name: str
+    parameters: tuple[str, ...]
+    view: ViewFile
+
+    @property
+    def depends(self) -> tuple[str, ...]:
+        return self.view.depends
+
+    @property
+    def create(self) -> str:
+        return f"create or replace macro {_ident(self.name)}({', '.join(self.parameters)}) as table\n{self.view.body}"
+
+
+def load_macro_files() -> list[MacroFile]:
+    """Every shipped table macro (``sql/*.macro.sql``), by name."""
+    macros = []
+    for entry in sorted(resources.files("qkdb.sql").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(MACRO_SUFFIX):
+            name = entry.name[: -len(MACRO_SUFFIX)]
+            text = entry.read_text(encoding="utf-8")
+            found = _PARAMETERS.search(text)
+            if found is None:
+                raise ValueError(f"sql/{entry.name}: a table macro needs a '-- Parameters: a, b' line")
+            params = tuple(p.strip() for p in found.group(1).split(",") if p.strip())
+            macros.append(MacroFile(name, params, parse_view(name, text)))
+    return macros
+
+
 def load_view_files() -> list[ViewFile]:
     """Every shipped view, each after the views it depends on (ties broken by name)."""
-    views = _read_files()
-    for view in views.values():
-        for dep in view.depends:
-            if dep not in views and dep not in STORED:
-                raise ValueError(f"sql/{view.name}.sql depends on {dep!r}, which is neither a view nor a table")
-    ordered: list[ViewFile] = []
+    return [v for v in _in_order() if not isinstance(v, MacroFile)]
+
+
+def _in_order() -> list[ViewFile | MacroFile]:
+    """Every view and table macro, each after what it depends on (a table macro is bound when created)."""
+    nodes: dict[str, ViewFile | MacroFile] = {**_read_files(), **{m.name: m for m in load_macro_files()}}
+    for node in nodes.values():
+        for dep in node.depends:
+            if dep not in nodes and dep not in STORED:
+                raise ValueError(f"sql/{node.name}.sql depends on {dep!r}, which is neither a view nor a table")
+    ordered: list[ViewFile | MacroFile] = []
     done: set[str] = set()
 
     def visit(name: str, stack: tuple[str, ...]) -> None:
-        if name in done or name not in views:
+        if name in done or name not in nodes:
             return
         if name in stack:
             raise ValueError(f"circular view dependency: {' -> '.join(stack + (name,))}")
-        for dep in views[name].depends:
+        for dep in nodes[name].depends:
             visit(dep, stack + (name,))
         done.add(name)
-        ordered.append(views[name])
+        ordered.append(nodes[name])
 
-    for name in sorted(views):
+    for name in sorted(nodes):
         visit(name, ())
     return ordered
 
@@ -179,7 +225,10 @@ def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
         con.execute(f"comment on view {_ident(FINDING_INTERVALS.name)} is {_quote(FINDING_INTERVALS.doc)}")
         for c in FINDING_INTERVALS.columns:
             con.execute(f"comment on column {_ident(FINDING_INTERVALS.name)}.{_ident(c.name)} is {_quote(c.doc)}")
-    for view in load_view_files():
+    for view in _in_order():
+        if isinstance(view, MacroFile):
+            con.execute(view.create)
+            continue
         if not (view.name == PARAMS and _object_type(con, PARAMS) == "table"):
             con.execute(f"create or replace view {_ident(view.name)} as\n{view.body}")
             con.execute(f"comment on view {_ident(view.name)} is {_quote(view.description)}")
