@@ -1,0 +1,90 @@
+"""The docs cannot drift from the program: cited test files exist, exit codes are the CLI's, documented commands parse.
+
+Each command line in a code block of the README or docs/ (``qkdb ...``) is run with ``--help``
+appended: click parses every subcommand and option name before it prints the help, so a renamed
+option or command fails here (values are not checked: placeholders such as ``DIR`` stand in them).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from qkdb.cli.app import COMMANDS as CLI_COMMANDS
+from qkdb.cli.app import app
+from qkdb.errors import EXIT_CODES, INTERRUPTED
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def test_every_cited_test_file_exists():
+    missing = [(p.name, cited) for p in DOCS for cited in set(re.findall(r"tests/[\w/.-]+?\.py", _text(p)))
+               if not (ROOT / cited).is_file()]
+    assert not missing
+
+
+def test_every_exit_code_a_doc_names_is_one_the_cli_has():
+    known = set(EXIT_CODES.values()) | {0, INTERRUPTED}
+    said = [(p.name, int(n)) for p in DOCS
+            for n in re.findall(r"\bexit(?:s| code| status)?(?: with)?(?: code)? (\d+)\b", _text(p))]
+    assert said, "the docs name exit codes"
+    assert not [s for s in said if s[1] not in known]
+
+
+def test_the_exit_code_table_is_the_clis():
+    table = dict(re.findall(r"^\| (\d+) \| (\w+) \|", _text(ROOT / "docs" / "cli.md"), re.M))
+    assert {int(code): kind for code, kind in table.items()} == {
+        **{v: k for k, v in EXIT_CODES.items()}, 0: "success", INTERRUPTED: "interrupted"}
+
+
+def _commands() -> list[tuple[str, str]]:
+    """(doc, command line) of every ``qkdb`` command in a fenced code block, continuations joined."""
+    found = []
+    for path in DOCS:
+        blocks = re.findall(r"^```[^\n]*\n(.*?)^```", _text(path), re.M | re.S)
+        for block in blocks:
+            lines, pending = [], ""
+            for raw in block.replace("\\\n", " ").splitlines():  # a quoted argument may span lines
+                pending = f"{pending} {raw.strip()}" if pending else raw.split(" #")[0]
+                if pending.count('"') % 2 == 0 and pending.count("'") % 2 == 0:
+                    lines.append(pending)
+                    pending = ""
+            for line in lines:
+                line = re.sub(r"^\s*\$\s*", "", line.split(" #")[0]).strip()
+                line = re.sub(r"^(\w+=\S+\s+)+", "", line)  # VAR=value prefixes
+                words = line.split()
+                # (a benchmark table's first column may read "qkdb" too: a command names a subcommand)
+                if len(words) > 1 and words[0] == "qkdb" and (words[1] in CLI_COMMANDS or words[1].startswith("-")):
+                    found.append((path.name, line.split(" | ")[0].split(" > ")[0].split(" && ")[0].strip()))
+    return found
+
+
+COMMANDS = _commands()
+
+
+def test_the_docs_have_commands_to_check():
+    assert len(COMMANDS) >= 30
+
+
+@pytest.mark.parametrize(("doc", "line"), COMMANDS, ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
+def test_every_documented_command_parses(runner, doc, line):
+    try:
+        args = shlex.split(line)[1:]
+    except ValueError as exc:
+        pytest.fail(f"{doc}: {line!r} does not split as a shell line: {exc}")
+    args = [a for a in args if a != "--debug"]
+    out = runner.invoke(app, [*args, "--help"])
+    assert out.exit_code == 0, f"{doc}: `{line}` -> {out.output[-600:]}"
+
+
+def test_the_architecture_lists_every_benchmark_script():
+    row = next(line for line in _text(ROOT / "docs" / "architecture.md").splitlines() if line.startswith("| `benchmarks/`"))
+    assert {p.name for p in (ROOT / "benchmarks").glob("*.py")} <= set(re.findall(r"`(\w+\.py)`", row))
