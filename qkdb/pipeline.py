@@ -153,7 +153,30 @@ def run(path: Path | None, name: str | None, options, *, kind: str | None, home:
         progress: Progress | None, refresh: bool = True) -> IngestResult:
     """Plan, check and run one ingest on this machine (see :func:`qkdb.api.ingest`)."""
     job = _plan(path, name, options, kind=kind, home=None, workers=options.workers or default_workers())
+    new_home = not home.exists()
     job.home = warehouse.ensure_writable(home)
+    try:
+        return _run_planned(job, options, progress, refresh)
+    except BaseException:
+        if new_home:
+            _remove_if_empty(job.home)
+        raise
+
+
+def _remove_if_empty(home: Path) -> None:
+    """Remove a home this ingest created when it failed before any model landed: no empty warehouse left behind.
+
+    Only while nothing else lives there (no model, no other ingest staging into it).
+    """
+    import shutil
+
+    staging = home / warehouse.store.STAGING
+    if warehouse.ingested_models(home) or (staging.is_dir() and any(staging.iterdir())):
+        return
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _run_planned(job, options, progress: Progress | None, refresh: bool) -> IngestResult:
     if (not options.force and _last_fingerprint(job.home, job.spec.model) == job.fingerprint
             and not _rope_changed(job.home, job.spec)):
         previous = warehouse.store.last_run(job.home, job.spec.model)
