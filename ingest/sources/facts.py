@@ -200,11 +200,14 @@ def recorded_over_registry(registered: ModelSpec, metadata: dict, overrides: dic
         return f"{fact}={shown:g}" if isinstance(shown, float) else f"{fact}={shown}"
 
     files = sorted({sources.get(f, METADATA_FILE) for f, _, _ in differ})
+    options = [f"--{f.replace('_', '-')}" for f, _, _ in differ if f in _OPTION_FACTS]
+    # (a fact no option sets, such as nope_layers, has no override to offer)
+    override = f" ({', '.join(options)} would override both)" if options else ""
     return updates, (
         f"{registered.model}: the dataset's {' and '.join(files)} records "
         f"{', '.join(show(f, v) for f, v, _ in differ)} where the registry has "
-        f"{', '.join(show(f, r) for f, _, r in differ)}; the ingest uses the dataset's, which describe these vectors "
-        f"({', '.join('--' + f.replace('_', '-') for f, _, _ in differ if f in _OPTION_FACTS)} would override both)"
+        f"{', '.join(show(f, r) for f, _, r in differ)}; the ingest uses the dataset's, which describe these vectors"
+        f"{override}"
     )
 
 

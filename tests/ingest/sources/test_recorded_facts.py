@@ -173,3 +173,16 @@ def test_a_dataset_that_agrees_with_the_registry_says_nothing(runner, tmp_path, 
     result = runner.invoke(app, ["ingest", "--path", str(ds), "-q", "-j", "1"])
     assert result.exit_code == 0, result.output
     assert "records" not in result.stderr
+
+
+def test_a_fact_no_option_sets_is_noted_without_an_empty_option_list():
+    from qkdb.ingest import registry
+    from qkdb.ingest.sources.facts import recorded_over_registry
+
+    spec = registry.lookup("smollm3-3b-stage1-step-40000")  # NoPE layers 3, 7, 11, ...
+    other = (2,)
+    updates, note = recorded_over_registry(spec, {"nope_layers": list(other)}, {})
+    assert updates == {"nope_layers": other}
+    assert "nope_layers=" in note and "would override" not in note and "()" not in note
+    _, both = recorded_over_registry(spec, {"nope_layers": list(other), "n_layers": 4}, {})
+    assert both.endswith("(--n-layers would override both)")
