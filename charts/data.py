@@ -318,10 +318,7 @@ def families_of(con: duckdb.DuckDBPyConnection, models: list[str]) -> list[str]:
     return sorted(f for f in fams if f is not None)
 
 
-SERIES_HINT = (
-    "ingest the checkpoints of a training series, e.g. "
-    "`qkdb ingest --model smollm3-3b-stage1-step-40000` and the other smollm3-3b-* checkpoints"
-)
+SERIES_HINT = "ingest the checkpoints of a training series, e.g. `qkdb ingest --series smollm3-3b` (every checkpoint, from the Hub)"
 
 
 def resolve_series(con: duckdb.DuckDBPyConnection, series: str | None = None, min_checkpoints: int = 2) -> str:

@@ -88,3 +88,13 @@ def test_every_documented_command_parses(runner, doc, line):
 def test_the_architecture_lists_every_benchmark_script():
     row = next(line for line in _text(ROOT / "docs" / "architecture.md").splitlines() if line.startswith("| `benchmarks/`"))
     assert {p.name for p in (ROOT / "benchmarks").glob("*.py")} <= set(re.findall(r"`(\w+\.py)`", row))
+
+
+def test_the_series_hint_names_a_series_and_a_command_that_parses(runner):
+    from qkdb.charts.data import SERIES_HINT
+    from qkdb.ingest import registry
+
+    (command,) = re.findall(r"`(qkdb [^`]+)`", SERIES_HINT)
+    args = shlex.split(command)[1:]
+    assert runner.invoke(app, [*args, "--help"]).exit_code == 0
+    assert len(registry.series_models(args[args.index("--series") + 1])) >= 2
