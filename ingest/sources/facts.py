@@ -237,6 +237,12 @@ def recorded_facts_notes(name: str | None, metadata: dict, **overrides) -> list[
 def spec_notes(spec: ModelSpec, complement: bool = True) -> list[str]:
     """What the user should know about the model's positional encoding before reading its metrics (once each)."""
     notes = []
+    if spec.family == "unknown":
+        notes.append(
+            f"{spec.model}: no family is known (it is not in the registry, no --family was given and the dataset "
+            "records none): its family is 'unknown', and the within-family findings pool it with every other "
+            "model of that family; give --family to place it"
+        )
     if spec.rope == "none" and complement:
         notes.append(
             f"{spec.model} has no rotary position embedding (rope: none): no RoPE planes are computed "

@@ -82,6 +82,11 @@ def test_a_qk_sniffer_capture_of_a_model_outside_the_registry_needs_no_flags(run
     assert capture["bucket_counts"] == state["bucket_counts"] and sum(capture["bucket_counts"].values()) > 0
     # README.md and .gitattributes are not head folders: nothing was reported as ignored.
     assert "ignored" not in result.stderr
+    # No family anywhere: said, with how to give one
+    assert row["family"] == "unknown"
+    assert "tiny-model-1b: no family is known" in result.stderr and "give --family" in result.stderr
+    again = runner.invoke(app, ["ingest", "--path", str(ds), "-q", "-j", "1", "--family", "Acme", "--force"])
+    assert again.exit_code == 0 and "no family is known" not in again.stderr
 
 
 def test_options_and_the_registry_come_before_the_saver_state(runner, heads, tmp_path, home):
