@@ -50,7 +50,9 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { border-bottom: 1px solid var(--rule); padding: 5px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; position: sticky; top: 0; z-index: 1; }
 table.scorecard { width: 100%; margin: 6px 0 4px; table-layout: fixed; }
-table.scorecard td.num { overflow-wrap: anywhere; }
+table.scorecard td { overflow-wrap: anywhere; }
+/* In a fixed layout a line that cannot break runs over the next cell's text: a scope wraps here. */
+table.scorecard .seedtag { white-space: normal; }
 table.scorecard tr.subrow td { font-size: 12px; border-bottom: 1px dotted var(--rule); padding-top: 2px; padding-bottom: 2px; }
 table.scorecard tr.subrow td.claim { padding-left: 28px; }
 table.scorecard tr.subrow .verdict { font-size: 10.5px; padding: 0 6px; }

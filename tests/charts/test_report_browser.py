@@ -203,3 +203,51 @@ def test_the_plasticity_part_renders_its_figures_and_the_estimator_menu(report_f
     profile = drawn["plasticity-profile"][0]
     options = re.findall(r"<option[^>]*>([a-z]+)</option>", profile)
     assert options == ["empirical", "gaussian", "thesis"], options
+
+
+# After the page settles: every scorecard cell whose content is wider than the cell (in a fixed
+# layout such text runs over the next cell's text), and every pair of the cells' own text boxes
+# in one row that intersect.
+OVERLAP_PROBE = """
+<script>
+window.addEventListener("load", () => setTimeout(() => {
+  const bad = [];
+  for (const row of document.querySelectorAll("table.scorecard tr")) {
+    const cells = [...row.children];
+    for (const td of cells) {
+      if (td.scrollWidth > td.clientWidth + 1) bad.push("overflow: " + td.textContent.trim().slice(0, 60));
+    }
+    const boxes = cells.map(td => {
+      const r = document.createRange(); r.selectNodeContents(td); return [...r.getClientRects()];
+    });
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++)
+      for (const a of boxes[i]) for (const b of boxes[j])
+        if (a.width && b.width && a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+          bad.push("overlap: " + cells[i].textContent.trim().slice(0, 40) + " | " + cells[j].textContent.trim().slice(0, 40));
+  }
+  const out = document.createElement("pre"); out.id = "overlap-probe";
+  out.textContent = JSON.stringify({rows: document.querySelectorAll("table.scorecard tr").length, bad});
+  document.body.appendChild(out);
+}, 500));
+</script>
+"""
+
+
+@pytest.mark.parametrize("width", [1000, 1400])
+@pytest.mark.parametrize("which", ["series", "one model"])
+def test_the_scorecard_never_prints_text_over_text(chart_home, bare_home, tmp_path, width, which):
+    import json
+
+    con = qkdb.api.connect(chart_home if which == "series" else bare_home, read_only=True)
+    try:
+        html = build_report(con, title="overlap").html
+    finally:
+        con.close()
+    page = tmp_path / "report.html"
+    page.write_text(html.replace("</body>", OVERLAP_PROBE + "</body>"), encoding="utf-8")
+    dom = run_chromium(tmp_path, page, "--dump-dom", f"--window-size={width},1000").stdout
+    found = re.search(r'<pre id="overlap-probe">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    probe = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    assert probe["rows"] > 10
+    assert probe["bad"] == []
