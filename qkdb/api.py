@@ -348,14 +348,30 @@ def models_overview_rows(home: str | os.PathLike | None = None) -> list[dict]:
     out = []
     for spec in registry.load_registry():
         row = ingested.pop(spec.model, None)
-        out.append(_overview_row(spec.model, spec.family, spec.n_layers, spec.n_q_heads, spec.n_kv_heads,
-                                 spec.gqa_ratio, spec.head_dim, spec.rope_theta, spec.rope_scaling,
-                                 spec.rope_scaling_source, spec.series, True, row))
+        if row is None:
+            out.append(_overview_row(spec.model, spec.family, spec.n_layers, spec.n_q_heads, spec.n_kv_heads,
+                                     spec.gqa_ratio, spec.head_dim, spec.rope_theta, spec.rope_scaling,
+                                     spec.rope_scaling_source, spec.series, True, None))
+            continue
+        # An ingested model shows the facts it was ingested with (a simulation under a registry
+        # name, a capture of another config); the registry's, where they differ, beside them.
+        differ = [f"{f}={_fact(getattr(spec, f))}" for f in _OVERVIEW_FACTS
+                  if getattr(spec, f) is not None and _fact(getattr(spec, f)) != _fact(row.get(f))]
+        out.append(_overview_row(spec.model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
+                                 row["gqa_ratio"], row["head_dim"], row["rope_theta"], row.get("rope_scaling"),
+                                 spec.rope_scaling_source, spec.series, True, row, ", ".join(differ) or None))
     for model, row in sorted(ingested.items()):
         out.append(_overview_row(model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
                                  row["gqa_ratio"], row["head_dim"], row["rope_theta"], row.get("rope_scaling"),
                                  None, row["series"], False, row))
     return out
+
+
+_OVERVIEW_FACTS = ("family", "n_layers", "n_q_heads", "n_kv_heads", "gqa_ratio", "head_dim", "rope_theta")
+
+
+def _fact(v):
+    return f"{v:g}" if isinstance(v, float) else v
 
 
 def _ingested_model_rows(home: Path) -> dict[str, dict]:
@@ -378,7 +394,7 @@ def _ingested_model_rows(home: Path) -> dict[str, dict]:
 
 
 def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, scaling, scaling_source, series,
-                  in_registry, row) -> dict:
+                  in_registry, row, registry_differs=None) -> dict:
     return {
         "model": model, "family": family, "n_layers": n_layers, "n_q_heads": n_q, "n_kv_heads": n_kv,
         "gqa_ratio": gqa, "head_dim": head_dim, "rope_theta": theta,
@@ -388,6 +404,8 @@ def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, scal
         "heads": row["n_heads"] if row else None,
         "source": row["source"] if row else None,
         "ingested_at": row["ingested_at"] if row else None,
+        # the registry's facts where the ingested model's differ (None: they agree, or not ingested)
+        "registry_differs": registry_differs,
     }
 
 

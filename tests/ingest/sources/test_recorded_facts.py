@@ -7,6 +7,8 @@ README.md, _saver_state.json, .gitattributes), from a simulated dataset's head f
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -163,6 +165,13 @@ def test_a_simulation_under_a_registry_name_is_ingested_with_its_own_facts(runne
     finally:
         con.close()
     assert rotating > 0
+    # `qkdb models` shows the facts the model was ingested with, the registry's beside them
+    listed = list(csv.DictReader(io.StringIO(runner.invoke(app, ["models", "-f", "csv"]).stdout)))
+    (mine,) = [r for r in listed if r["model"] == "llama3.2-1b"]
+    assert (int(mine["n_layers"]), float(mine["rope_theta"]), int(mine["n_q_heads"])) == (3, 10000.0, 8)
+    assert "n_layers=16" in mine["registry_differs"] and "rope_theta=500000" in mine["registry_differs"]
+    assert "family" not in mine["registry_differs"]
+    assert all(not r["registry_differs"] for r in listed if r["model"] != "llama3.2-1b")
     # An option still overrides both, and then nothing is said of that fact.
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--rope-theta", "10000", "--n-layers", "3", "--force",
                                  "-q", "-j", "1"])
