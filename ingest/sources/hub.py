@@ -420,6 +420,7 @@ class Listing:
     files: dict[str, int | None]
     origin: str
     metadata: dict
+    state: object = None  # qk-sniffer's _saver_state.json (a SaverState), when the branch has one
 
 
 def branch_listing(model: str | None, repo: str | None, revision: str | None, *, endpoint: str | None = None,
@@ -451,7 +452,22 @@ def branch_listing(model: str | None, repo: str | None, revision: str | None, *,
             raise InputError(f"{where(repo, revision)}: {METADATA_FILE} is not readable JSON ({exc})") from None
         if not isinstance(metadata, dict):
             raise InputError(f"{where(repo, revision)}: {METADATA_FILE} is not a JSON object")
-    return Listing(repo, revision, commit, files, origin, metadata)
+    # A qk-sniffer branch names its model and counts in _saver_state.json: read as a folder's is, so
+    # that `--repo R --revision B` alone ingests it as `--path` would (the shallowest one: the
+    # capture's root, beside its head folders).
+    from qkdb.ingest.sources.saver_state import SAVER_STATE, read_saver_state
+
+    states = sorted((f for f in files if f == SAVER_STATE or f.endswith("/" + SAVER_STATE)), key=lambda f: f.count("/"))
+    state = None
+    if states:
+        from qkdb.ingest.sources.hub_repo import fetch
+
+        local = fetch(repo, commit, [states[0]], revision=revision, endpoint=endpoint, cache_dir=cache, token=token)
+        try:
+            state = read_saver_state(local[states[0]].parent)
+        except InputError as exc:
+            raise InputError(f"{where(repo, revision)}: {states[0]}: {str(exc).split(': ', 1)[-1]}") from None
+    return Listing(repo, revision, commit, files, origin, metadata, state)
 
 
 def open_source(

@@ -695,3 +695,14 @@ def test_a_branch_laid_out_as_qk_sniffer_pushes_it_ingests_by_name(fake, tmp_pat
         con.close()
     assert capture == {"written_by": "qk-sniffer", "model_name": state["model_name"], **state["model_metadata"],
                        "bucket_counts": state["bucket_counts"]}
+
+
+def test_a_qk_sniffer_branch_ingests_by_repo_and_revision_alone(fake, tmp_path):
+    # What `qkdb pull` suggests for a branch of captured vectors: no --model, the branch's
+    # _saver_state.json names the model and its counts, as a folder's does for --path.
+    out = _qkdb(fake, tmp_path, "ingest", "--repo", REPO, "--revision", LLAMA.dataset_revision, "--heads", "0",
+                "-j", "1", "--points", "0")
+    assert out.returncode == 0, out.stderr
+    ((model, source, revision),) = _ingested(tmp_path)
+    assert (source, revision) == ("hub", LLAMA.dataset_revision)
+    assert model == "llama3.2-1b", out.stderr  # the registry's name of the state's Hugging Face id
