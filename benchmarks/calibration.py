@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--details", action="store_true", help="with --compare: every finding's line, not only the summary")
     ap.add_argument("--bias", action="store_true", help="the finite-vector bias of every finding's value")
     ap.add_argument("--quick", action="store_true",
-                    help="small models, small truths, 4 replications of 3 settings (the test suite's regression check)")
+                    help="small models, small truths, 4 replications of 3 settings (the test suite's regression check runs 2: --reps 2)")
     ap.add_argument("--cache", type=Path, help="where the truths are kept (default: the user cache dir)")
     args = ap.parse_args(argv)
     if args.quick:

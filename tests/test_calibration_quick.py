@@ -1,7 +1,7 @@
 """The calibration benchmark's quick mode: the findings' intervals still cover planted truths.
 
 A regression check, not the calibration itself (benchmarks/calibration.py, docs/findings.md):
-four replications of three settings (whole GQA groups of near-copies, heads of a layer alike, three
+two replications of three settings (whole GQA groups of near-copies, heads of a layer alike, three
 models about models like them) with small models and small truths. Pooled over every finding, a
 method that stopped following the dependence between heads would cover far less (the head
 bootstrap covered 0.62-0.75 of some findings with whole GQA groups).
@@ -21,7 +21,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py"
 
 @pytest.mark.slow
 def test_quick_calibration_covers_planted_truths(tmp_path):
-    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--cache", str(tmp_path)],
+    # Two replications (the quick mode's four took ~4 minutes of CI's 2 cores): 174 intervals
+    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--reps", "2", "--cache", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     for setting in ("gqa", "layers", "pooled-3"):
@@ -29,6 +30,6 @@ def test_quick_calibration_covers_planted_truths(tmp_path):
     found = re.search(r"^all: coverage (\d+)/(\d+) = [\d.]+, wrong verdicts (\d+)/\d+", out.stdout, re.M)
     assert found, out.stdout[-2000:]
     covered, n, wrong = (int(found.group(i)) for i in (1, 2, 3))
-    assert n >= 200
+    assert n >= 170
     assert covered / n >= 0.88, out.stdout
     assert wrong / n <= 0.05, out.stdout

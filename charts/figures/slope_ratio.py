@@ -44,7 +44,9 @@ def build(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, *
         scale, axis = alt.Scale(zero=True), alt.Axis(grid=True)
     y = alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelLimit=280))
     domain, range_ = family_scale(fams).domain, family_scale(fams).range
-    color = alt.Color("family:N", scale=alt.Scale(domain=[*domain, OVERALL], range=[*range_, "#333333"]), title="family",
+    # The pooled row's entry only where that row is drawn (not for one model, nor a chosen few).
+    extra = ([OVERALL], ["#333333"]) if overall else ([], [])
+    color = alt.Color("family:N", scale=alt.Scale(domain=[*domain, *extra[0]], range=[*range_, *extra[1]]), title="family",
                       legend=alt.Legend(symbolOpacity=1))
     base = alt.Chart(values(drawn.rows(data, keep=(OVERALL,))))
     iqr = base.mark_rule(strokeWidth=3, opacity=0.5).encode(

@@ -747,3 +747,17 @@ def test_cli_errors_are_one_line(runner, bare_home):
     assert result.stderr.strip().count("\n") == 0 and "no training series is ingested" in result.stderr
     result = runner.invoke(app, ["chart", "nope", "--home", str(bare_home)])
     assert result.exit_code == EXIT_CODES["not_found"] and "qkdb chart --list" in result.stderr
+
+
+def test_slope_ratio_legend_lists_all_models_only_where_that_row_is_drawn(specs, bare_home):
+    def legend(spec):
+        (color,) = {json.dumps(e["scale"]["domain"]) for e in encodings(spec, "color") if e.get("field") == "family"}
+        return json.loads(color)
+
+    assert "all models" in legend(specs["slope-ratio"])  # several models: the pooled row is drawn
+    con = qkdb.api.connect(bare_home, read_only=True)
+    try:
+        solo = chart("slope-ratio", con).to_dict(validate=True)
+    finally:
+        con.close()
+    assert legend(solo) == ["Solo"]
