@@ -216,3 +216,39 @@ def test_a_planted_recency_term_is_what_the_logits_show():
     assert got["logit_slope"] == pytest.approx(mu_q_a * alpha_k, rel=0.03)
     assert got["slope_ratio"] == pytest.approx(1.0, rel=0.03) and 0 < got["logit_slope_se"] < 0.02 * got["logit_slope"]
     assert got["n_texts"] == 8 and got["n_queries"] > 0.9 * n
+
+
+def test_every_decile_is_the_brute_force_mean_over_all_its_admissible_pairs():
+    # Independent of the sampler: every pair of keys of one text before the bin's first query,
+    # enumerated with loops; p from the sign of q.delta over the bin's queries (ties 1/2), the
+    # Gaussian from scikit-learn's Ledoit-Wolf and scipy's normal CDF.
+    from scipy.stats import norm
+    from sklearn.covariance import LedoitWolf
+
+    rng = np.random.default_rng(12)
+    Q, tq, K, tk, ex = _head(rng, n=400, d=6, length=2000, drift=3e-3, texts=4)
+    K, tk, ex = K[:150], tk[:150], ex[:150]  # (400 queries: 40 a decile; 150 keys keep the loops short)
+    got = pl.head_plasticity(Q, tq, K, tk, ex, 2000, np.random.default_rng(0), max_pairs=10**7)
+    checked = 0
+    for b in got["bins"]:
+        if b.bin.kind != "decile" or not math.isfinite(b.ap["empirical"]):
+            continue
+        inside = (tq >= b.bin.lo) & (tq < b.bin.hi)
+        Qb, first = Q[inside], tq[inside].min()
+        keys = [i for i in range(len(K)) if tk[i] < first]
+        pairs = [(i, j) for x, i in enumerate(keys) for j in keys[x + 1:] if ex[i] == ex[j]]
+        n = len(Qb)
+        lw = LedoitWolf().fit(Qb)
+        emp, gau = [], []
+        for i, j in pairs:
+            s = Qb @ (K[i] - K[j])
+            p = (np.sum(s > 0) + 0.5 * np.sum(s == 0)) / n
+            emp.append(4 * p * (1 - p) * n / (n - 1))
+            delta = K[i] - K[j]
+            pg = norm.cdf(delta @ lw.location_ / np.sqrt(delta @ lw.covariance_ @ delta))
+            gau.append(4 * pg * (1 - pg))
+        assert b.n_pairs == len(pairs)
+        assert b.ap["empirical"] == pytest.approx(np.mean(emp), rel=1e-12)
+        assert b.ap["gaussian"] == pytest.approx(np.mean(gau), rel=1e-9)
+        checked += 1
+    assert checked >= 3
