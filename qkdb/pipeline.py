@@ -94,9 +94,9 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
                                      cache_dir=options.cache_dir, token=options.token)
         metadata = listing.metadata if listing is not None else {}
     # qk-sniffer's own record of the capture: facts after the options, the registry and qkdb_dataset.json.
-    # (A Hub branch's state names the model when no name is given, as a folder's does; a registry
-    # name keeps the registry's facts, which describe the Hub's captures.)
-    state = read_saver_state(path) if path is not None else (listing.state if listing is not None and not name else None)
+    # (A Hub branch's state names the model when no name is given, as a folder's does: the listing
+    # reads it only then.)
+    state = read_saver_state(path) if path is not None else (listing.state if listing is not None else None)
     recorded = dataset_facts(metadata, state)
     spec = resolve_spec(name, recorded, **options.facts())
     warehouse.store.check_model_name(spec.model)

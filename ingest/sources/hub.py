@@ -457,9 +457,11 @@ def branch_listing(model: str | None, repo: str | None, revision: str | None, *,
     # capture's root, beside its head folders).
     from qkdb.ingest.sources.saver_state import SAVER_STATE, read_saver_state
 
+    # (Only without a name: a registry name keeps the registry's facts, and the source reads the
+    # state for provenance once its head folders are planned.)
     states = sorted((f for f in files if f == SAVER_STATE or f.endswith("/" + SAVER_STATE)), key=lambda f: f.count("/"))
     state = None
-    if states:
+    if states and not model:
         from qkdb.ingest.sources.hub_repo import fetch
 
         local = fetch(repo, commit, [states[0]], revision=revision, endpoint=endpoint, cache_dir=cache, token=token)
