@@ -6,13 +6,12 @@ scorecard's verdict for the claim is the verdict its rows with data agree on; wh
 it is **mixed**, and the claim's rows are listed under it, each with its own value and verdict, so
 a claim never reads *holds* while one of its own measurements does not hold. A row that is a
 difference or a ratio of two means (or a group's lead over the others) prints with its two inputs,
-so that ``0.07`` reads as ``0.55 − 0.48``.
+as ``findings.measured`` gives them, so that ``0.07`` reads as ``0.55 - 0.48 = 0.07``.
 """
 
 from __future__ import annotations
 
 import html
-import re
 
 import duckdb
 
@@ -23,23 +22,16 @@ from qkdb.charts.report_html import STATUSES, esc, status_class, verdict
 MIXED = "mixed"
 NO_DATA = "no data"
 
-# The two inputs of every row whose value combines two means (sql/finding_inputs.sql, its `stat`).
-_INPUTS = """
-with fi as (
-    select id, scope, stat, grp, arm, x, y from finding_inputs where stat in ('diff_of_means', 'ratio_of_means', 'lead')
-),
-groups as (
-    select id, scope, grp, arm, avg(x) as mean_x from fi where stat = 'lead' group by all
+# The group a lead (sql/finding_inputs.sql, stat 'lead') is measured against: the highest other one.
+# The two means themselves are in findings.measured ('45.0% - 30.0% = 15.0%', from finding_values).
+_RUNNERS_UP = """
+with groups as (
+    select id, scope, grp, arm, favg(x) as mean_x from finding_inputs where stat = 'lead' group by all
 )
-select id, scope, any_value(stat) as stat, avg(x) as x, avg(y) as y, null::varchar as other
-from fi where stat <> 'lead' group by id, scope
-union all
-select id, scope, 'lead', max(mean_x) filter (where arm = 1), max(mean_x) filter (where arm = 0),
-       arg_max(grp, mean_x) filter (where arm = 0)
+select id, scope, arg_max(grp, mean_x) filter (where arm = 0) as other
 from groups group by id, scope
 order by id, scope
 """
-_OPERATOR = {"diff_of_means": "\u2212", "ratio_of_means": "\u00f7", "lead": "\u2212"}
 
 
 def claim_verdict(rs: list[dict]) -> str:
@@ -51,44 +43,16 @@ def claim_verdict(rs: list[dict]) -> str:
 
 
 def inputs(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict]:
-    """(id, scope) -> the two means a difference, ratio or lead row combines: ``stat``, ``x``, ``y``, ``other`` (the lead's runner-up group)."""
-    return {(r["id"], r["scope"]): r for r in rows(con, _INPUTS)}
-
-
-def _operands(statement: str, stat: str) -> tuple[str, str]:
-    """The names of the two inputs, from the statement's formula (``...: mean r_q - mean |r_k|``)."""
-    formula = statement.rsplit(": ", 1)[-1]
-    parts = re.split(r" [-/] ", formula, maxsplit=1)
-    if stat != "lead" and len(parts) == 2:
-        return parts[0].strip(), parts[1].strip()
-    return "its share", "the next group's"
-
-
-_FIRST_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(%?)")
-
-
-def _number(v: float | None, like: str) -> str:
-    """``v`` written as the measured value ``like`` writes its number (its decimals, a percent)."""
-    if v is None:
-        return "—"
-    m = _FIRST_NUMBER.search(like)
-    decimals = len(m.group(1) or "") if m else 3
-    if m and m.group(2):
-        return f"{100 * v:.{decimals}f}%"
-    return f"{v:.{decimals}f}"
+    """(id, scope) -> ``other``: the group a lead row's group is measured against."""
+    return {(r["id"], r["scope"]): r for r in rows(con, _RUNNERS_UP)}
 
 
 def measured_text(r: dict, given: dict[tuple[str, str], dict]) -> str:
-    """A row's measured value, and for a difference, ratio or lead its two inputs: ``0.07 [0.01, 0.13] = mean r_q 0.55 − mean |r_k| 0.48``."""
+    """A row's measured value as ``findings.measured`` says it (a difference or ratio with its two
+    means: ``0.55 - 0.48 = 0.07 [0.01, 0.13]``), a lead's with the group it leads: ``(vs Qwen 2.5)``."""
     measured = r.get("measured") or ""
-    two = given.get((r.get("id"), r.get("scope")))
-    if not measured or two is None or two["x"] is None:
-        return measured
-    a, b = _operands(r.get("statement") or "", two["stat"])
-    if two["stat"] == "lead":
-        b = f"{two['other']}'s" if two["other"] else b
-    return (f"{measured} = {a} {_number(two['x'], measured)} {_OPERATOR[two['stat']]} "
-            f"{b} {_number(two['y'], measured)}")
+    other = (given.get((r.get("id"), r.get("scope"))) or {}).get("other")
+    return f"{measured} (vs {other})" if measured and other else measured
 
 
 def group_rows(group: claims.ClaimGroup, findings: list[dict]) -> list[dict]:

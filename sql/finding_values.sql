@@ -13,6 +13,8 @@
 -- Column value_hi: For a claim about every model's own value: the highest model's value.
 -- Column v_from: For a change between checkpoints: the mean at the earlier one.
 -- Column v_to: For a change between checkpoints: the mean at the later one.
+-- Column input_x: For a difference or ratio of two means: the first (mean x); for a group's lead: the group's mean.
+-- Column input_y: For a difference or ratio of two means: the second (mean y); for a group's lead: the highest other group's mean.
 -- Column sum_x: Sum of the rows' x.
 -- Column n_models: Models with rows.
 -- Column n_heads: Heads behind the value (pairs for a correlation; the later checkpoint's for a change).
@@ -87,7 +89,8 @@ group_means as (
     group by fi.id, fi.scope, fi.grp, fi.arm
 ),
 leads as (
-    select id, scope, max(mean_x) filter (where arm = 1) - max(mean_x) filter (where arm = 0) as value
+    select id, scope, max(mean_x) filter (where arm = 1) - max(mean_x) filter (where arm = 0) as value,
+           max(mean_x) filter (where arm = 1) as input_x, max(mean_x) filter (where arm = 0) as input_y
     from group_means
     group by id, scope
 ),
@@ -117,6 +120,9 @@ est as (
         rg.value_hi,
         case when a.stat like 'arm%' then a.mean_0 end as v_from,
         case when a.stat like 'arm%' then a.mean_1 end as v_to,
+        -- The two means a difference, ratio or lead combines, so that its value can be read as a - b.
+        case when a.stat in ('diff_of_means', 'ratio_of_means') then a.mean_x when a.stat = 'lead' then l.input_x end as input_x,
+        case when a.stat in ('diff_of_means', 'ratio_of_means') then a.mean_y when a.stat = 'lead' then l.input_y end as input_y,
         a.sum_x,
         a.n_models,
         case

@@ -56,7 +56,7 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     -- seed 003: combined Q/K PCA -----------------------------------------------------------
     (100, '003.F1.pos_var_q', '003', 'Finding 1', 'Share of Q variance linear in position (sum over PCs of EV * r_q^2), mean over heads', 'overall', '27%', 0.27, 'point', null, null, 'share', 'pct', null),
     (101, '003.F1.pos_var_k', '003', 'Finding 1', 'Share of K variance linear in position (sum over PCs of EV * r_k^2), mean over heads', 'overall', '14%', 0.14, 'point', null, null, 'share', 'pct', null),
-    (102, '003.F1.q_over_k', '003', 'Finding 1', 'Q variance is more positional than K variance: mean pos_var_q / mean pos_var_k', 'overall', '27% / 14% = 1.9x', 1.93, 'above', 1, null, null, 'x', null),
+    (102, '003.F1.q_over_k', '003', 'Finding 1', 'Q variance is more positional than K variance: mean pos_var_q / mean pos_var_k', 'overall', '27% / 14% = 1.9x', 1.93, 'above', 1, null, null, 'x', 'pct'),
     (103, '003.F1.pc0_share_q', '003', 'Finding 1', 'PC0''s share of the positional Q variance, mean over heads', 'overall', '~90%', 0.90, 'point', null, null, 'share', 'pct', null),
     (104, '003.F1.pc0_share_k', '003', 'Finding 1', 'PC0''s share of the positional K variance, mean over heads', 'overall', '~74%', 0.74, 'point', null, null, 'share', 'pct', null),
     (110, '003.F1.small_qwen3.q', '003', 'Finding 1', 'Share of Q variance linear in position, mean over heads', 'small Qwen3 (qwen3-0.6b, qwen3-1.7b)', '~32%', 0.32, 'point', null, null, 'share', 'pct', null),
@@ -137,7 +137,7 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     (256, '002.F6.lc_abs_r_k_a', '002', 'Finding 6', '|r_k_a| stays near-perfect in long-context training: change of the mean', 'series (SmolLM3-3B in the seed)', '0.918 -> 0.905', -0.013, 'point', null, null, 'r', 'f3', 'f3'),
     (257, '002.F6.lc_separation', '002', 'Finding 6', 'separation_strength grows in long-context training: % change of the mean', 'series (SmolLM3-3B in the seed)', '+10%', 10, 'change', 0, null, null, 'pctchg', 'f3'),
     (260, '002.recency.corr', '002', 'Score model', 'The recency term mu_Q^a * alpha_K explains the logits: Pearson r over heads of the measured logit slope per token of key position with bias_strength', 'overall', 'mu_Q^a * alpha_K * j in the logits', null, 'above', 0, null, null, 'r', null),
-    (261, '002.recency.ratio', '002', 'Score model', 'The recency term is the logits'' slope: mean measured logit slope / mean bias_strength', 'overall', 'slope = bias (1x)', 1, 'point', null, null, 'ratio', 'x', null),
+    (261, '002.recency.ratio', '002', 'Score model', 'The recency term is the logits'' slope: mean measured logit slope / mean bias_strength', 'overall', 'slope = bias (1x)', 1, 'point', null, null, 'ratio', 'x', 'sci'),
     (258, '002.F6.lc_plane_var', '002', 'Finding 6', 'plane_var_fraction grows in long-context training: % change of the mean', 'series (SmolLM3-3B in the seed)', '+14%', 14, 'change', 0, null, null, 'pctchg', 'pct')),
 claims as (
     select
@@ -241,7 +241,7 @@ ecl as (
     qualify row_number() over (partition by f.y_metric, f.mode order by f.n desc, f.span desc) = 1
 ),
 measured as (
-    select id, scope, estimand, value, value_lo, value_hi, v_from, v_to, sum_x, n_models, n_heads, ci_low, ci_high,
+    select id, scope, stat, estimand, value, value_lo, value_hi, v_from, v_to, input_x, input_y, sum_x, n_models, n_heads, ci_low, ci_high,
            low_max, high_min, ci_method, null::varchar as text
     from ivc
     where id not in ('002.F5.family')
@@ -260,6 +260,9 @@ judged as (
         m.value_hi,
         m.v_from,
         m.v_to,
+        m.stat,
+        m.input_x,
+        m.input_y,
         m.sum_x,
         m.text,
         m.n_models,
@@ -341,14 +344,16 @@ formatted as (
     select
         v.*,
         -- One formatter for every number of the row, so a finding's numbers all read alike; the
-        -- interval's ends without the unit (s[8], s[9]: '12.3% [8.1, 17.5]').
+        -- interval's ends without the unit (s[8], s[9]: '12.3% [8.1, 17.5]'); the two means a
+        -- difference or ratio combines (s[10], s[11]).
         list_transform(
             [
                 {'v': v.value, 'f': v.fmt, 'u': true}, {'v': v.value_lo, 'f': v.fmt, 'u': true},
                 {'v': v.value_hi, 'f': v.fmt, 'u': true}, {'v': v.v_from, 'f': v.vfmt, 'u': true},
                 {'v': v.v_to, 'f': v.vfmt, 'u': true}, {'v': v.accept_lo, 'f': v.fmt, 'u': true},
                 {'v': v.accept_hi, 'f': v.fmt, 'u': true}, {'v': v.ci_low, 'f': v.fmt, 'u': false},
-                {'v': v.ci_high, 'f': v.fmt, 'u': false}
+                {'v': v.ci_high, 'f': v.fmt, 'u': false}, {'v': v.input_x, 'f': v.vfmt, 'u': true},
+                {'v': v.input_y, 'f': v.vfmt, 'u': true}
             ],
             lambda e: case e.f
                 when 'pct' then printf('%.1f', 100 * e.v) || case when e.u then '%' else '' end
@@ -386,6 +391,9 @@ select
                 when f.value_lo is not null then f.s[2] || '-' || f.s[3] || ' (mean ' || f.s[1] || ')'
                 when f.v_from is not null then f.s[4] || ' -> ' || f.s[5] || case when f.vfmt = 'milli' then ' x10^3' else '' end
                     || ': ' || f.s[1]
+                -- A difference or ratio with the two means it combines: '0.80 - 0.48 = 0.32'.
+                when f.input_x is not null and f.input_y is not null then
+                    f.s[10] || case when f.stat = 'ratio_of_means' then ' / ' else ' - ' end || f.s[11] || ' = ' || f.s[1]
                 else f.s[1]
             end
             || case when f.ci_low is not null and f.test <> 'tiny' and f.id <> '002.F5.simpson' then ' [' || f.s[8] || ', ' || f.s[9] || ']' else '' end

@@ -154,6 +154,8 @@ def test_taxonomy_findings_and_their_verdicts(found):
     lead = by_id(found, "003.F4.llama3.2.highest")
     assert lead["measured_value"] == pytest.approx(0.0) and lead["status"] == "inconclusive"
     assert lead["ci_low"] < 0 < lead["ci_high"]
+    # ...and its measured value says the two shares it subtracts.
+    assert lead["measured"].startswith("20.0% - 20.0% = 0.0% ["), lead["measured"]
 
 
 def test_series_findings_recover_the_planted_decomposition(found):
@@ -389,6 +391,13 @@ def test_cli_findings_formats_and_filters(runner, warehouse):
     finally:
         con.close()
     assert only_a["003.F1.pos_var_q"]["measured_value"] == pytest.approx(mean_a)
+    # A difference of means prints the two means it subtracts (issue 41): r_q and |r_k| as the heads have them.
+    con = api.connect(warehouse, read_only=True)
+    try:
+        r_q, r_k = con.execute("select avg(r_q), avg(abs(r_k)) from scoped_heads where scope = 'overall'").fetchall()[0]
+    finally:
+        con.close()
+    assert full["003.fig01.q_dominant"]["measured"].startswith(f"{r_q:.2f} - {r_k:.2f} = "), full["003.fig01.q_dominant"]
 
     res = runner.invoke(app, ["findings", "--home", str(warehouse), "--series", "sim-series", "-f", "csv"])
     assert res.exit_code == 0, res.output
