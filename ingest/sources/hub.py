@@ -39,7 +39,7 @@ from qkdb.errors import HubError, InputError
 from qkdb.ingest.sources.plan import HeadGroup, plan_groups
 from qkdb.ingest.sources.hub_branches import DEFAULT_REPO, Branch, list_branches, models_on_hub, registry_branches
 from qkdb.ingest.sources.hub_cache import cached_listing, save_listing, storage_folder
-from qkdb.ingest.sources.hub_errors import REPO_TYPE, offline_now, revision_not_found, translate, where
+from qkdb.ingest.sources.hub_errors import REPO_TYPE, SHORT_SHA, offline_now, revision_not_found, translate, where
 from qkdb.ingest.sources.layout import DATA_FILE, HEAD_DIR, METADATA_FILE, Discovery, HeadFile, head_dir_name
 from qkdb.ingest.sources.registry import ModelSpec, find
 from qkdb.ingest.sources.select import HeadSelection
@@ -351,17 +351,44 @@ class HubSource:
         )
 
 
+def _commits_by_prefix(api: HfApi, repo: str, prefix: str, cache_dir: Path, token) -> set[str]:
+    """The full shas that start with ``prefix``: the commits of the repo's branches and tags (offline:
+    the commits in the cache). The Hub names a commit only by its whole sha; a user cites 7-12 characters."""
+    if offline_now():
+        folder = storage_folder(repo, cache_dir) / "snapshots"
+        return {p.name for p in folder.iterdir() if p.name.startswith(prefix)} if folder.is_dir() else set()
+    refs = api.list_repo_refs(repo, repo_type=REPO_TYPE, token=token)
+    named = [*refs.branches, *refs.tags]
+    found = {r.target_commit for r in named if r.target_commit.startswith(prefix)}
+    if found:
+        return found
+    for ref in named:  # older commits: one history listing per branch
+        found |= {c.commit_id for c in api.list_repo_commits(repo, repo_type=REPO_TYPE, revision=ref.target_commit,
+                                                             token=token) if c.commit_id.startswith(prefix)}
+    return found
+
+
 def _resolve(api: HfApi, repo: str, revision: str, cache_dir: Path, token) -> str:
-    """The commit sha of ``revision`` (offline: from the cache's ``refs/``)."""
+    """The commit sha of ``revision`` (offline: from the cache's ``refs/``); a short sha is expanded."""
     try:
         resolved = api.resolve_revision(
             repo, repo_type=REPO_TYPE, revision=revision, cache_dir=cache_dir, token=token,
             local_files_only=offline_now(),
         )
         return resolved.resolved
-    except RevisionNotFoundError:
-        raise revision_not_found(api, repo, revision, token) from None
-    except RevisionResolutionError as exc:
+    except (RevisionNotFoundError, RevisionResolutionError) as exc:
+        if SHORT_SHA.match(revision):
+            try:
+                found = _commits_by_prefix(api, repo, revision, cache_dir, token)
+            except Exception as listing_failed:  # noqa: BLE001
+                raise translate(listing_failed, repo, revision, api.endpoint)[0] from None
+            if len(found) == 1:
+                return found.pop()
+            if len(found) > 1:
+                raise HubError(f"{where(repo)}: {revision!r} is the start of {len(found)} commits "
+                               f"({', '.join(sorted(found))}): give more of the sha", kind="usage") from None
+        if isinstance(exc, RevisionNotFoundError):
+            raise revision_not_found(api, repo, revision, token) from None
         if offline_now():
             raise HubError(
                 f"{where(repo, revision)}: offline (HF_HUB_OFFLINE=1) and this revision was never "

@@ -28,6 +28,8 @@ from qkdb.errors import HubError
 REPO_TYPE = "dataset"
 LOGIN_HINT = "log in with `hf auth login` or set HF_TOKEN"
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
+# A commit cited by its first characters (git's 7 at least), which the Hub does not resolve itself.
+SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
 
 
 def where(repo: str, revision: str | None = None) -> str:

@@ -5,6 +5,7 @@ It implements the few endpoints ``huggingface_hub`` 2.x uses to list and downloa
 - ``GET  /api/datasets/{repo}/revision/{rev}``: ``{"id", "sha", ...}`` (branch or commit sha)
 - ``GET  /api/datasets/{repo}/tree/{rev}[/{path}]?recursive=..``: entries, paged with ``Link: rel="next"``
 - ``GET  /api/datasets/{repo}/refs``: ``branches`` / ``tags`` / ``converts``
+- ``GET  /api/datasets/{repo}/commits/{rev}``: the revision's history, newest first (one page)
 - ``HEAD /datasets/{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit`` and ``ETag``; LFS files answer 302
   to a second "CDN" server (another origin, as on the real Hub) with ``X-Linked-Etag``/``X-Linked-Size``
 - ``GET  /datasets/{repo}/resolve/{rev}/{path}`` and ``GET /cdn/{sha256}``: the bytes, with ``Range`` support
@@ -97,6 +98,7 @@ def qk_sniffer_files(root: str | Path, *, model_name: str, metadata: dict | None
 class Commit:
     sha: str
     files: dict[str, bytes]
+    parent: str | None = None  # the commit it was made on (for the commits listing)
 
 
 @dataclass
@@ -116,7 +118,7 @@ class FakeRepo:
         for path in sorted(files):
             h.update(path.encode() + b"\0" + sha256_hex(files[path]).encode())
         sha = h.hexdigest()
-        self.commits[sha] = Commit(sha, dict(files))
+        self.commits[sha] = Commit(sha, dict(files), self.branches.get(branch))
         for path, data in files.items():
             self.blobs[sha256_hex(data)] = (path, data)
         self.branches[branch] = sha
@@ -479,7 +481,7 @@ class _Writing:
                     prefix = value["path"].rstrip("/") + "/"
                     files = {p: d for p, d in files.items() if not p.startswith(prefix)}
             sha = _commit_sha(repo, head, files)
-            repo.commits[sha] = Commit(sha, files)
+            repo.commits[sha] = Commit(sha, files, head)
             for path, data in files.items():
                 if path.endswith(LFS_SUFFIXES):
                     repo.blobs[sha256_hex(data)] = (path, data)
@@ -491,7 +493,7 @@ class _Writing:
 
 
 # Raw (still URL-encoded) paths: the revision is exactly one segment.
-_API = re.compile(r"^/api/datasets/(?P<repo>[^/]+/[^/]+)/(?P<what>revision|tree|refs)(?:/(?P<rev>[^/]+))?(?:/(?P<path>.*))?$")
+_API = re.compile(r"^/api/datasets/(?P<repo>[^/]+/[^/]+)/(?P<what>revision|tree|refs|commits)(?:/(?P<rev>[^/]+))?(?:/(?P<path>.*))?$")
 _RESOLVE_RAW = re.compile(r"^/datasets/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
 _RESOLVE = re.compile(r"^/datasets/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>.+?)/(?P<path>.+)$")  # decoded, for logs
 _CDN = re.compile(r"^/cdn/(?P<sha256>[0-9a-f]{64})$")
@@ -643,6 +645,13 @@ class _Handler(_ModelFiles, _Writing, BaseHTTPRequestHandler):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
         if what == "revision":
             return self._json({"id": repo.repo_id, "sha": commit.sha, "private": repo.private, "gated": repo.gated and "auto"})
+        if what == "commits":  # the branch's history, newest first, on one page
+            history = []
+            while commit is not None:
+                history.append({"id": commit.sha, "title": f"commit {commit.sha[:7]}", "message": "", "authors": [],
+                                "date": "2026-01-01T00:00:00.000Z"})
+                commit = repo.commits.get(commit.parent) if commit.parent else None
+            return self._json(history)
         # tree
         sub = unquote(m.group("path") or "").strip("/")
         recursive = query.get("recursive", ["false"])[0].lower() == "true"

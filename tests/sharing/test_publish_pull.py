@@ -282,6 +282,31 @@ def test_an_unknown_revision_and_a_branch_that_is_no_warehouse(hub, publisher, t
     assert not (tmp_path / "h").exists()
 
 
+def test_a_commit_named_by_its_first_characters(hub, publisher, tmp_path, monkeypatch):
+    first = _publish(hub, publisher).commit
+    repo = hub.repos[REPO]
+    later = repo.push("main", {**repo.commits[first].files, "NOTES.txt": b"a later commit"})
+    # An older commit of the branch, by git's 7 characters: found in the branch's history.
+    done = _pull(hub, tmp_path / "old", tmp_path, revision=first[:7])
+    assert done.added == ["toy-a", "toy-b"] and done.commit == first
+    assert any(r.path.startswith(f"/api/datasets/{REPO}/commits/") for r in hub.log)
+    # The branch's head, by 12: no history needed.
+    hub.clear_log()
+    assert _pull(hub, tmp_path / "head", tmp_path, revision=later[:12]).commit == later
+    assert not any("/commits/" in r.path for r in hub.log)
+    # A prefix of no commit: not found, naming it; fewer than 7 characters is a branch name, not a sha.
+    missing = next(p for p in ("0000000", "fffffff") if not any(c.startswith(p) for c in repo.commits))
+    for rev in (missing, first[:6]):
+        with pytest.raises(HubError) as err:
+            _pull(hub, tmp_path / "none", tmp_path, revision=rev)
+        assert err.value.exit_code == EXIT_CODES["not_found"] and repr(rev) in str(err.value)
+    # Offline, from the commits in the cache.
+    hub.clear_log()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert _pull(hub, tmp_path / "offline", tmp_path, revision=first[:9]).commit == first
+    assert hub.log == []
+
+
 def test_models_left_out_are_refused_unless_pruned(hub, publisher):
     _publish(hub, publisher)
     with pytest.raises(HubError) as err:

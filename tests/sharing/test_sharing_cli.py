@@ -7,6 +7,8 @@ its environment (and a token of its own in ``HF_TOKEN``, the cache in ``HF_HUB_C
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -72,6 +74,11 @@ def test_publish_pull_and_the_pulled_findings_and_report_are_the_publishers_byte
     # Offline, once pulled: into another home, from the cache alone.
     offline = run("pull", "me/wh", "--home", tmp_path / "offline", HF_HUB_OFFLINE="1")
     assert offline.returncode == 0 and "offline:" in offline.stderr and "added toy-a, toy-b" in offline.stderr
+    # The commit a user cites by its first 12 characters (issue 41): the Hub resolves only whole shas.
+    head = hub.repos["me/wh"].branches["main"]
+    assert head in done.stderr  # (publish prints it whole)
+    short = run("pull", f"me/wh@{head[:12]}", "--home", tmp_path / "short")
+    assert short.returncode == 0 and "added toy-a, toy-b" in short.stderr, short.stderr
 
 
 def test_refusals_are_one_line_with_the_code_of_their_kind(run, hub, tmp_path):
@@ -83,7 +90,12 @@ def test_refusals_are_one_line_with_the_code_of_their_kind(run, hub, tmp_path):
     assert "is a model repo" in _one_error_line(run("publish", "me/model", "--home", pub, "--no-figures"), "input")
     assert "is a model repo" in _one_error_line(run("pull", "me/model", "--home", tmp_path / "h"), "not_found")
     assert run("publish", "me/wh", "--home", pub, "--no-figures").returncode == 0
-    assert "'nope' not found" in _one_error_line(run("pull", "me/wh@nope", "--home", tmp_path / "h"), "not_found")
+    line = _one_error_line(run("pull", "me/wh@nope", "--home", tmp_path / "h"), "not_found")
+    assert "'nope' not found" in line and "1 branch (" in line
+    # The command the refusal suggests works, and shows the branch there is.
+    (suggested,) = re.findall(r"`qkdb ([^`]+)`", line)
+    listed = run(*shlex.split(suggested))
+    assert listed.returncode == 0 and "main" in listed.stdout, listed.stderr
     assert "owner/name" in _one_error_line(run("pull", "not-a-repo", "--home", tmp_path / "h"), "usage")
     assert not (tmp_path / "h").exists()
     hub.commit_failure = "before"
