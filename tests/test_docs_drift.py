@@ -98,3 +98,59 @@ def test_the_series_hint_names_a_series_and_a_command_that_parses(runner):
     args = shlex.split(command)[1:]
     assert runner.invoke(app, [*args, "--help"]).exit_code == 0
     assert len(registry.series_models(args[args.index("--series") + 1])) >= 2
+
+
+SOURCES = [p for d in ("qkdb", "ingest", "warehouse", "charts") for p in sorted((ROOT / d).rglob("*.py"))]
+
+
+def _suggestions() -> list[tuple[str, str]]:
+    """(file, command) of every ``qkdb ...`` command quoted in backticks in the program's own strings.
+
+    Placeholders are made words: an f-string field ``{repo}`` or ``<sample_path()>`` becomes ``X``,
+    an ellipsis is dropped, and what follows a pipe or a redirection is not qkdb's.
+    """
+    found = set()
+    for path in SOURCES:
+        for cmd in re.findall(r"`(qkdb [^`\n]+)`", _text(path)):
+            cmd = cmd.replace('\\"', '"').split(" | ")[0].split(" < ")[0]
+            cmd = re.sub(r"\{\{?[^{}]*\}?\}|<[^<>]*>", "X", cmd)
+            cmd = re.sub(r"\s*(\.\.\.|…)", "", cmd).strip()
+            found.add((path.relative_to(ROOT).as_posix(), cmd))
+    return sorted(found)
+
+
+SUGGESTIONS = _suggestions()
+
+
+def test_the_program_suggests_commands_to_check():
+    assert len(SUGGESTIONS) >= 50
+
+
+def _unknown_words(args: list[str]) -> list[str]:
+    """The words of ``args`` that are neither a subcommand on the path nor an option of the command reached."""
+    import typer
+
+    cmd = typer.main.get_command(app)
+    words = list(args)
+    # (typer carries its own click: a group is what has subcommands)
+    while words and hasattr(cmd, "get_command") and not words[0].startswith("-"):
+        sub = cmd.get_command(cmd.context_class(cmd), words[0])
+        if sub is None:
+            return [words[0]]
+        cmd, words = sub, words[1:]
+    known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+    return [w for w in words if w.startswith("-") and w != "-" and w.split("=")[0] not in known]
+
+
+@pytest.mark.parametrize(("where", "line"), SUGGESTIONS, ids=[f"{w}:{c[:60]}" for w, c in SUGGESTIONS])
+def test_every_command_the_program_suggests_names_real_commands_and_options(where, line):
+    """Every command a message, hint or help text tells the user to run names a real command and its real
+    options (a suggestion may name an option without its value, so values are not parsed)."""
+    # (--debug is taken off the line wherever it stands: qkdb.cli.app.QkdbGroup.parse_args)
+    assert not _unknown_words([a for a in shlex.split(line)[1:] if a != "--debug"]), f"{where}: `{line}`"
+
+
+def test_the_suggestion_check_can_fail():
+    assert _unknown_words(["ingest", "--modle", "x"]) == ["--modle"]
+    assert _unknown_words(["ingst"]) == ["ingst"]
+    assert _unknown_words(["hub", "list", "--repo", "x"]) == []
