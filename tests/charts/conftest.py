@@ -41,3 +41,16 @@ def bare_home(tmp_path_factory) -> Path:
     return _CACHE["bare"]
 
 
+
+
+@pytest.fixture(scope="session")
+def demo_home(tmp_path_factory) -> Path:
+    """The bundled real sample, ingested as ``qkdb demo`` ingests it."""
+    if "demo" not in _CACHE:
+        from qkdb.ingest import SAMPLE_MODEL, sample_path
+
+        home = tmp_path_factory.mktemp("charts-demo") / "home"
+        with sample_path() as sample:
+            qkdb.api.ingest(path=sample, model=SAMPLE_MODEL, home=home, workers=1, source="sample")
+        _CACHE["demo"] = home
+    return _CACHE["demo"]

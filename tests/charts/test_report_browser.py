@@ -234,11 +234,12 @@ window.addEventListener("load", () => setTimeout(() => {
 
 
 @pytest.mark.parametrize("width", [1000, 1400])
-@pytest.mark.parametrize("which", ["series", "one model"])
-def test_the_scorecard_never_prints_text_over_text(chart_home, bare_home, tmp_path, width, which):
+@pytest.mark.parametrize("which", ["series", "one model", "demo"])
+def test_the_scorecard_never_prints_text_over_text(request, tmp_path, width, which):
     import json
 
-    con = qkdb.api.connect(chart_home if which == "series" else bare_home, read_only=True)
+    home = request.getfixturevalue({"series": "chart_home", "one model": "bare_home", "demo": "demo_home"}[which])
+    con = qkdb.api.connect(home, read_only=True)
     try:
         html = build_report(con, title="overlap").html
     finally:
