@@ -344,7 +344,7 @@ def models_overview_rows(home: str | os.PathLike | None = None) -> list[dict]:
     from qkdb.ingest import registry
 
     home_dir = warehouse.resolve_home(home)
-    ingested = _ingested_model_rows(home_dir)
+    ingested = warehouse.published_model_rows(home_dir)
     out = []
     for spec in registry.load_registry():
         row = ingested.pop(spec.model, None)
@@ -372,25 +372,6 @@ _OVERVIEW_FACTS = ("family", "n_layers", "n_q_heads", "n_kv_heads", "gqa_ratio",
 
 def _fact(v):
     return f"{v:g}" if isinstance(v, float) else v
-
-
-def _ingested_model_rows(home: Path) -> dict[str, dict]:
-    """Model -> its ``models`` row, for every ingested model: from the index (one file) when it can be brought up to date, else from each model's file."""
-    models = warehouse.ingested_models(home)
-    if not models:
-        return {}
-    indexed = warehouse.model_rows(home)
-    if indexed is not None:
-        return {m: indexed[m] for m in models if m in indexed}
-    import pyarrow.parquet as pq
-
-    ingested: dict[str, dict] = {}
-    for model in models:
-        f = warehouse.store.current_file(home, model, warehouse.MODELS.name)
-        rows = pq.ParquetFile(f).read().to_pylist() if f.exists() else []
-        if rows:
-            ingested[model] = rows[0]
-    return ingested
 
 
 def _overview_row(model, family, n_layers, n_q, n_kv, gqa, head_dim, theta, scaling, scaling_source, series,

@@ -256,11 +256,31 @@ def _publishing(job: _Run, progress: Progress, *, refresh: bool):
     lock = warehouse.store.acquire_model(job.home, job.spec.model, job.options.wait)
     publication = _Publication(job, progress, refresh)
     try:
+        _refuse_repeated_checkpoint(job.home, job.spec)
         yield publication
     finally:
         if publication.staging is not None:
             publication.staging.discard()
         lock.release()
+
+
+def _refuse_repeated_checkpoint(home: Path, spec) -> None:
+    """Refuse a checkpoint whose weights another checkpoint of its series already has (under another name).
+
+    Some Hub step branches serve one checkpoint under several names (pythia #195, #205); a series
+    holding both would show a training trajectory that is not one. Refused rather than flagged: the
+    series views have no honest way to show a step that did not happen (docs/sniff.md).
+    """
+    if not spec.series or not spec.weights_sha256:
+        return
+    same = sorted(m for m, row in warehouse.published_model_rows(home).items()
+                  if m != spec.model and row.get("series") == spec.series and row.get("weights_sha256") == spec.weights_sha256)
+    if same:
+        raise InputError(
+            f"{spec.model}: its weights (sha256 {spec.weights_sha256}) are those of {', '.join(same)}, already "
+            f"in series {spec.series}: one checkpoint under two names would read as a step of training that did "
+            f"not happen; check which revision is mislabelled, and `qkdb remove` it if it is the one published"
+        )
 
 
 class _Publication:
@@ -649,7 +669,7 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         "n_kv_heads": spec.n_kv_heads, "gqa_ratio": spec.gqa_ratio, "head_dim": head_dim,
         "rope": spec.rope, "rope_theta": spec.rope_theta,
         "rope_pairing": spec.rope_pairing if spec.rope != "none" else None, "rope_scaling": spec.rope_scaling,
-        "position_scaling": spec.position_scaling, "pre_rope": spec.pre_rope,
+        "position_scaling": spec.position_scaling, "pre_rope": spec.pre_rope, "weights_sha256": spec.weights_sha256,
         "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
         "phase": spec.phase, "step": spec.step, "source": kind, "location": job.source.location,
         "revision": job.source.revision or spec.dataset_revision if kind == "hub" else job.source.revision,

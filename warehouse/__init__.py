@@ -35,6 +35,7 @@ __getattr__, __dir__ = facade(__name__, {
     "findings_source": "qkdb.warehouse.results",
     "snapshot_models": "qkdb.warehouse.model_index",
     "model_rows": "qkdb.warehouse.model_index",
+    "published_model_rows": "qkdb.warehouse.model_index",
     "shadow_head_metrics": "qkdb.warehouse.head_index",
     "shadow_pca": "qkdb.warehouse.head_index",
     "shadow_indexes": "qkdb.warehouse.head_index",

@@ -226,3 +226,25 @@ def snapshot_models(con: duckdb.DuckDBPyConnection, home: Path) -> bool:
         return False
     index = ensure(home, con)
     return index is not None and shadow_with(con, _TABLE, index, "table", "order by model")
+
+
+def published_model_rows(home: Path) -> dict[str, dict]:
+    """Model -> its ``models`` row, for every published model: from the index (one file) when it can be
+    brought up to date, else from each model's own file."""
+    from qkdb.warehouse import store
+
+    models = store.ingested_models(home)
+    if not models:
+        return {}
+    indexed = model_rows(home)
+    if indexed is not None:
+        return {m: indexed[m] for m in models if m in indexed}
+    import pyarrow.parquet as pq
+
+    ingested: dict[str, dict] = {}
+    for model in models:
+        f = store.current_file(home, model, "models")
+        rows = pq.ParquetFile(f).read().to_pylist() if f.exists() else []
+        if rows:
+            ingested[model] = rows[0]
+    return ingested

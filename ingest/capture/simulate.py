@@ -29,6 +29,7 @@ do not depend on the number of vectors, on which heads are sampled or on the ord
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -1099,6 +1100,10 @@ def _write_description(out: Path, spec: SimSpec, records: dict, key_records: dic
     }
     planted = {"format": PLANTED_FORMAT, "settings": settings, "heads": records, "key_heads": key_records}
     (out / PLANTED_FILE).write_text(json.dumps(planted, indent=1, sort_keys=True) + "\n")
+    # The simulation's "weights": everything that decides its vectors (not the names it is given), so
+    # that one simulation under two names in a series is a repeated checkpoint, as it would be on the Hub.
+    decides = {**planted, "settings": {k: v for k, v in settings.items() if k not in ("model", "family")}}
+    capture["weights_sha256"] = hashlib.sha256(json.dumps(decides, sort_keys=True).encode()).hexdigest()
     write_metadata(out, {
         **facts, "rope_scaling": None, "nope_layers": list(spec.nope_layers), "source": "simulate", "capture": capture,
     })

@@ -65,7 +65,7 @@ from qkdb.ingest.capture.rope_record import summary as rope_summary
 from qkdb.ingest.capture.sniff_model import (
     INSTALL_HINT, ModelFacts, ModelRef, attention_modules, check_longrope, check_routes_attention, default_family,
     default_name, forward_failed, hub_commit, import_backend, input_device, load_config, load_model, load_tokenizer,
-    model_class, model_facts, origin, same_facts, select_attention, tokenizer_specials,
+    model_class, model_facts, origin, same_facts, select_attention, tokenizer_specials, weights_of,
 )
 from qkdb.ingest.capture.sniff_recorder import Recorder, StopForward, check_summary, check_tolerance
 from qkdb.ingest.options import IngestOptions
@@ -714,6 +714,8 @@ def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, reco
         weights = {"hub_model": ref.hub_id, "model_commit": hub_commit(ref)}
     else:
         weights = {"model_path": str(Path(ref.model_path).resolve())}
+    # (the checkpoint's identity: a series whose entries share it is refused at ingest)
+    weights.update(weights_of(ref))
     hf_model, revision = origin(ref, options.hf_model)
     top = rope.top
     positions = ({"policy": options.positions, "min_bucket_size": options.min_bucket_size,

@@ -359,17 +359,28 @@ def load_model(ref: ModelRef, device, transformers):
     return model
 
 
-def hub_commit(ref: ModelRef) -> str | None:
-    """The commit a Hub model's revision resolved to (read from the Hugging Face cache, where its files are)."""
+def hub_snapshot(ref: ModelRef) -> Path | None:
+    """The Hugging Face cache's folder of the commit a Hub model's revision resolved to (where its files are)."""
     if ref.hub_id is None:
         return None
     from huggingface_hub import try_to_load_from_cache
 
     path = try_to_load_from_cache(ref.hub_id, "config.json", revision=ref.revision or "main")
-    if not isinstance(path, str):
-        return None
-    parts = Path(path).parts
-    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
+    return Path(path).parent if isinstance(path, str) and "snapshots" in Path(path).parts else None
+
+
+def hub_commit(ref: ModelRef) -> str | None:
+    """The commit a Hub model's revision resolved to (read from the Hugging Face cache, where its files are)."""
+    folder = hub_snapshot(ref)
+    return folder.name if folder is not None else None
+
+
+def weights_of(ref: ModelRef) -> dict:
+    """``weights_sha256`` and ``weight_files`` of the weights a capture loads (:mod:`.weights`); None when unknown."""
+    from qkdb.ingest.capture.weights import weights_record
+
+    where = ref.gguf if ref.gguf is not None else (hub_snapshot(ref) if ref.hub_id is not None else ref.model_path)
+    return (weights_record(where) if where is not None else None) or {"weights_sha256": None}
 
 
 def input_device(model):

@@ -11,6 +11,7 @@ dataset's facts are ``qkdb_dataset.json``'s, completed by qk-sniffer's ``_saver_
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields, replace
 
 from qkdb.errors import InputError, RegistryError
@@ -18,7 +19,7 @@ from qkdb.ingest.sources import registry
 from qkdb.ingest.sources.layout import METADATA_FILE
 from qkdb.ingest.sources.registry import ModelSpec
 
-_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry"}
+_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256"}
 
 
 def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
@@ -61,7 +62,7 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     registry.check_head_counts(spec, origin)
     if registered is not None:
         _check_dataset_counts(spec, facts, given)
-    spec = replace(spec, pre_rope=captured_pre_rope(metadata))
+    spec = replace(spec, pre_rope=captured_pre_rope(metadata), weights_sha256=captured_weights(metadata))
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -93,6 +94,15 @@ def captured_pre_rope(metadata: dict) -> bool:
     if value is not None and not isinstance(value, bool):
         raise InputError(f"{METADATA_FILE}: capture.pre_rope must be true or false, got {value!r}")
     return bool(value)
+
+
+def captured_weights(metadata: dict) -> str | None:
+    """The sha256 of the weights the capture was made from (``capture.weights_sha256``), None when not recorded."""
+    capture = metadata.get("capture")
+    value = capture.get("weights_sha256") if isinstance(capture, dict) else None
+    if value is not None and not (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)):
+        raise InputError(f"{METADATA_FILE}: capture.weights_sha256 must be a sha256 (64 hex digits), got {value!r}")
+    return value
 
 
 def _metadata_facts(facts: dict) -> dict:

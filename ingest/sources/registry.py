@@ -47,6 +47,9 @@ class ModelSpec:
     # the capture stored vectors before RoPE (qkdb sniff --pre-rope): the ingest rotates them by the RoPE the
     # capture recorded before computing anything (ingest/engine/pre_rope.py)
     pre_rope: bool = False
+    # sha256 of the weights the capture loaded (capture.weights_sha256; the simulator's: of its planted
+    # parameters): a series whose checkpoints share it is refused (qkdb/pipeline.py)
+    weights_sha256: str | None = None
     nope_layers: tuple[int, ...] = ()
     # "rotary", or "none" for a model without rotary position embeddings (then every layer is in nope_layers)
     rope: str = "rotary"

@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-LFS_SUFFIXES = (".parquet", ".png")  # stored and served as LFS objects (uploads: preupload says "lfs")
+LFS_SUFFIXES = (".parquet", ".png", ".safetensors", ".bin", ".gguf")  # stored and served as LFS objects (uploads: preupload says "lfs")
 
 
 # Memoised: every listing page names every file's hashes, and a full-size model is 496 files of
@@ -265,7 +265,7 @@ class FakeHub:
 
     def blob(self, sha256: str) -> tuple[str, bytes] | None:
         """The repo path and bytes of an LFS object (what the CDN serves)."""
-        for repo in self.repos.values():
+        for repo in (*self.repos.values(), *self.models.values()):
             if sha256 in repo.blobs:
                 return repo.blobs[sha256]
         return None

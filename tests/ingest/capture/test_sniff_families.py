@@ -150,6 +150,11 @@ def test_capture_equals_the_independent_recomputation(family, model_of, referenc
     # a stable record: the folder's name, not a path of this machine
     assert meta["hf_model"] == folder.name
     assert meta["capture"]["transformers_version"]
+    # a local folder's weights are hashed here, file by file (issue 40)
+    import hashlib
+
+    weights = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.safetensors"))}
+    assert weights and meta["capture"]["weight_files"] == {n: {"sha256": h, "from": "hashed"} for n, h in weights.items()}
     _assert_rope_is_the_models(meta, spec, folder, corpus, family)
 
 

@@ -122,6 +122,18 @@ def test_one_revision_is_one_capture_and_like_pairs_it_with_the_series(hub, seri
     _paired(first, later)
     meta = read_metadata(later)
     assert meta["capture"]["like"]["model_revision"] == "step1" and meta["model_revision"] == "main"
+    # Each capture's weights, by the Hub's LFS ids (nothing hashed again): main is step2 again (one seed), as
+    # some Hub step branches are (issue 40); step1 is not.
+    import hashlib
+
+    weights = {rev: read_metadata(p)["capture"] for rev, p in (("step1", first), ("step2", series / "step2"),
+                                                                 ("main", later))}
+    repo = hub.models[REPO]
+    for rev, cap in weights.items():
+        files = repo.commits[repo.branches[rev]].files
+        assert cap["weight_files"] == {"model.safetensors": {
+            "sha256": hashlib.sha256(files["model.safetensors"]).hexdigest(), "from": "lfs oid"}}, rev
+    assert weights["main"]["weights_sha256"] == weights["step2"]["weights_sha256"] != weights["step1"]["weights_sha256"]
     # (refused on the command line, before the Hub is asked: in this process)
     from qkdb.cli.app import app
     import qkdb.cli.sniff  # noqa: F401
