@@ -137,9 +137,11 @@ class PartialCapture:
                 p.unlink(missing_ok=True)
         return count
 
-    def commit_text(self, text: int, block: np.ndarray, stats: dict) -> None:
-        """Store one text's rows and statistics; complete once this returns."""
+    def commit_text(self, text: int, block: np.ndarray, stats: dict, lse: np.ndarray | None = None) -> None:
+        """Store one text's rows (and its query rows' normalisers) and statistics; complete once this returns."""
         rows, meta = self._names(text)
+        if lse is not None:  # (before the rows: a text is complete once its rows and .json are there)
+            write_atomic(self._lse_name(text), _npy_bytes(lse))
         write_atomic(rows, _npy_bytes(block))
         pause(f"rows_written:{text}")
         write_atomic(meta, json.dumps({"text": text, "rows": int(block.shape[0]), **stats}, sort_keys=True).encode())
@@ -147,6 +149,14 @@ class PartialCapture:
     def rows(self, text: int) -> np.ndarray:
         """A complete text's rows (memory-mapped: read as they are used)."""
         return np.load(self._names(text)[0], mmap_mode="r", allow_pickle=False)
+
+    def _lse_name(self, text: int) -> Path:
+        return self.texts / f"{text:06d}.lse.npy"
+
+    def lse(self, text: int) -> np.ndarray | None:
+        """A complete text's normaliser per row (NaN for key rows), None when it was captured without."""
+        path = self._lse_name(text)
+        return np.load(path, allow_pickle=False) if path.is_file() else None
 
     def stats(self, text: int) -> dict:
         return json.loads(self._names(text)[1].read_text())

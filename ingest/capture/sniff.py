@@ -67,7 +67,9 @@ from qkdb.ingest.capture.sniff_model import (
     default_name, forward_failed, hub_commit, import_backend, input_device, load_config, load_model, load_tokenizer,
     model_class, model_facts, origin, same_facts, select_attention, tokenizer_specials, weights_of,
 )
-from qkdb.ingest.capture.sniff_recorder import Recorder, StopForward, check_summary, check_tolerance
+from qkdb.ingest.capture.sniff_recorder import (
+    Recorder, StopForward, check_summary, check_tolerance, normaliser_record,
+)
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, read_metadata, write_head, write_metadata
 
@@ -527,11 +529,11 @@ def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bo
         schedule = [(0, True)]
 
     def host(work):
-        block, stats = recorder.finish_text(work)
+        block, lse, stats = recorder.finish_text(work)
         if work.replay:
             _same_as_stored(partial.rows(work.text), block, recorder.tolerance, out, prep.what)
         else:
-            partial.commit_text(work.text, block, stats)
+            partial.commit_text(work.text, block, stats, lse=lse)
 
     pending = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkdb-sniff-host") as pool:
@@ -634,16 +636,20 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
     plan, options = prep.plan, prep.options
     build = partial.build_folder()
     blocks = [partial.rows(e) for e in range(plan.n_texts)]
+    normalisers = [partial.lse(e) for e in range(plan.n_texts)]
+    with_lse = bool(normalisers) and all(n is not None for n in normalisers)
     for i, f in enumerate(plan.files):
         layer, head, kind = f
         parts = [blocks[e][plan.text_offsets[e, i]:plan.text_offsets[e, i + 1]] for e in range(plan.n_texts)]
         vectors = np.concatenate(parts) if parts else np.zeros((0, facts.head_dim), options.dtype)
+        lse = (np.concatenate([normalisers[e][plan.text_offsets[e, i]:plan.text_offsets[e, i + 1]]
+                               for e in range(plan.n_texts)]) if with_lse and kind == "q" else None)
         write_head(
             build, layer, head, kind, vectors, plan.positions[f],
             example_id=plan.example_id_column(f), bucket=plan.buckets[f],
             sliding_window=recorder.sliding.get(layer),
             token_str=prep.tokens[f] if prep.tokens is not None else None,
-            dtype=options.dtype,
+            dtype=options.dtype, lse=lse,
         )
         progress("write", done=i + 1, total=len(plan.files))
         if i == 0:
@@ -652,6 +658,8 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
     positions = [p for p in plan.positions.values() if len(p)]
     max_position = int(max(p.max() for p in positions)) if positions else None
     metadata = _metadata(prep, facts, check, rope, max_position, recorder, model)
+    if with_lse:
+        metadata["capture"]["normaliser"] = normaliser_record(recorder)
     write_metadata(build, metadata)
     partial.publish(build, replace=replace_out)
     return metadata

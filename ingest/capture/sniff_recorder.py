@@ -40,6 +40,7 @@ import numpy as np
 from qkdb.errors import SniffError
 from qkdb.ingest.capture import qk_sources, sampling
 from qkdb.ingest.capture.devices import Pending
+from qkdb.ingest.capture.normaliser import sampled_lse
 from qkdb.ingest.capture.rope_layout import (
     NO_ROTATION, SNAP_TOLERANCE, CosSin, FrequencySource, GatheredPE, NotRoPE, Rotation, candidates, gather_pe,
     interpret_pe, pe_rows,
@@ -193,6 +194,8 @@ class TextWork:
     materials: list  # [LayerMaterial] (accelerator), or []
     pending: Pending | None = None
     n_pieces: int = 0
+    lse: object = None  # the text's normaliser per row (NaN for key rows), filled on the CPU path
+    lse_pieces: list = field(default_factory=list)  # [(start, stop)] of the lse tensors after the pieces (accelerator)
 
     @property
     def text(self) -> int:
@@ -281,6 +284,7 @@ class Recorder:
         self.sliding: dict[int, int | None] = {}
         self.scale: dict[int, float] = {}  # layer -> the scaling attention was called with
         self.softcap: dict[int, float | None] = {}
+        self.normalisers: dict[int, dict] = {}  # layer -> how its rows' lse was computed (capture.normaliser)
         self.seen_layers: set[int] = set()
         self.rope: dict[int, LayerRope] = {}
         self.max_difference: dict[int, float] = {}  # layer -> largest relative difference checked
@@ -314,6 +318,8 @@ class Recorder:
         self._proj: dict[int, dict[str, object]] = {}
         self._pe: dict[int, object] = {}
         self._pieces: list = []
+        self._lse_pieces: list = []
+        self._lse = None  # the text's lse per row (NaN for key rows), on the CPU path
         self._materials: list = []
         self._buffer = None
 
@@ -365,8 +371,10 @@ class Recorder:
         self._proj = {}
         self._pe = {}
         self._pieces = []
+        self._lse_pieces = []
         self._materials = []
         self._buffer = None
+        self._lse = np.full(self.plan.text_rows(text), np.nan)
         if not self.deferred:
             rows = self.plan.text_rows(text)
             need = max((self.plan.text_rows(e) for e in range(self.plan.n_texts)), default=0)
@@ -380,14 +388,16 @@ class Recorder:
     def end_text(self) -> TextWork:
         """The text's forward pass is over: what the host side needs, its copies to the host started."""
         self.active = False
-        work = TextWork(self._ts, self._pieces, self._buffer, self._materials)
+        work = TextWork(self._ts, self._pieces, self._buffer, self._materials, lse=self._lse,
+                        lse_pieces=[(a, b) for a, b, _ in self._lse_pieces])
         if self.deferred:
-            tensors = [t for _, _, t in self._pieces]
-            work.n_pieces = len(tensors)
+            tensors = [t for _, _, t in self._pieces] + [t for _, _, t in self._lse_pieces]
+            work.n_pieces = len(self._pieces)
             for m in self._materials:
                 tensors += m.tensors()
             work.pending = self.device.to_host(tensors) if self.device is not None else Pending(tensors)
-        self._pieces, self._materials, self._proj, self._pe = [], [], {}, {}
+        self._pieces, self._lse_pieces, self._materials, self._proj, self._pe = [], [], [], {}, {}
+        self._lse = None
         return work
 
     # -- hooks: only the rows needed are gathered, where the forward pass computes ---------------
@@ -433,7 +443,7 @@ class Recorder:
     def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
         layer = getattr(module, "layer_idx", None)
         if self.active and layer is not None and layer in self.by_layer:
-            self._layer(module, layer, query, key, kwargs)
+            self._layer(module, layer, query, key, kwargs, attention_mask)
         elif self.active and layer is not None:
             self.seen_layers.add(layer)
         if self.active and layer == self.last_layer:
@@ -465,7 +475,7 @@ class Recorder:
             return out
         return got
 
-    def _layer(self, module, layer: int, query, key, kwargs) -> None:
+    def _layer(self, module, layer: int, query, key, kwargs, mask=None) -> None:
         if query.shape[0] != 1:
             raise SniffError("internal: qkdb sniff runs one text per forward pass")
         if query.shape[-1] != self.d or key.shape[-1] != self.d:
@@ -503,6 +513,8 @@ class Recorder:
                 self._gather_heads(states, ix["heads"], ix["positions"], out=self._buffer[a:b])
             if len(ix["check_positions"]):
                 obs[kind] = self._gather_heads(states, ix["check_heads"], ix["check_positions"])
+            if kind == "q" and b > a:
+                self._normalise(module, layer, query, key, mask, ix, a, b)
         establishing = layer not in self.rope
         pre: dict[str, list] = {}
         outputs = self._proj.pop(layer, {})
@@ -525,10 +537,32 @@ class Recorder:
         else:
             self._host_layer(mat, self._ts)
 
+    def _normalise(self, module, layer: int, query, key, mask, ix, a: int, b: int) -> None:
+        """The softmax normaliser of the layer's sampled query rows (:mod:`.normaliser`), into rows a:b of the text's."""
+        sinks = getattr(module, "sinks", None)
+        window = self.sliding.get(layer)
+        tensor_mask = mask if hasattr(mask, "dim") and mask.dim() == 4 else None
+        self.normalisers.setdefault(layer, {
+            "scaling": self.scale[layer], "softcap": self.softcap.get(layer),
+            "mask": ("the mask tensor attention was handed" if tensor_mask is not None else
+                     f"causal, sliding window {window}" if window else "causal"),
+            "sinks": sinks is not None,
+        })
+        device = query.device
+        lse = sampled_lse(self.torch, query.detach(), key.detach(), self._index(ix["heads"], device),
+                          self._index(ix["positions"], device), scaling=self.scale[layer],
+                          softcap=self.softcap.get(layer), window=window, mask=tensor_mask,
+                          sinks=None if sinks is None else sinks.detach())
+        if self.deferred:
+            self._lse_pieces.append((a, b, lse))
+        else:
+            self._lse[a:b] = lse.double().numpy()
+
     # -- the host side ----------------------------------------------------------------------------
 
-    def finish_text(self, work: TextWork) -> tuple[np.ndarray, dict]:
-        """The text's rows as stored (the block, file after file, in the storage dtype) and its check statistics.
+    def finish_text(self, work: TextWork) -> tuple[np.ndarray, np.ndarray, dict]:
+        """The text's rows as stored (the block, file after file, in the storage dtype), each query row's
+        normaliser (NaN for key rows) and the text's check statistics.
 
         On an accelerator this is where the check runs: after the rows reach the host, while the
         next text's forward pass runs.
@@ -537,7 +571,10 @@ class Recorder:
         if work.pending is not None:
             tensors = work.pending.wait()
             pieces = [(a, b, t) for (a, b, _), t in zip(work.pieces, tensors[:work.n_pieces])]
-            rest = tensors[work.n_pieces:]
+            n_lse = len(work.lse_pieces)
+            for (a, b), t in zip(work.lse_pieces, tensors[work.n_pieces:work.n_pieces + n_lse]):
+                work.lse[a:b] = t.double().numpy() if hasattr(t, "double") else np.asarray(t, np.float64)
+            rest = tensors[work.n_pieces + n_lse:]
             for m in work.materials:
                 n = len(m.tensors())
                 self._host_layer(m.with_tensors(rest[:n]), ts)
@@ -556,7 +593,7 @@ class Recorder:
                 f = self.plan.files[i]
                 if fb > fa and self._transforms(f):
                     block[fa:fb] = self._transform(f, ts, raw[fa - a:fb - a])
-        return block, ts.stats
+        return block, work.lse, ts.stats
 
     def _transforms(self, f) -> bool:
         layer, _, kind = f
@@ -844,3 +881,22 @@ def check_summary(recorder: Recorder, layers: list[int]) -> dict:
     if reasons:
         out["unchecked"] = [{"layers": ls, "reason": r} for r, ls in reasons.items()]
     return out
+
+
+def normaliser_record(recorder: Recorder) -> dict:
+    """How the query files' ``lse`` column was made, for ``capture.normaliser`` in ``qkdb_dataset.json``."""
+    transformed = recorder.pre_rope or (recorder.remove_scalings and any(k == "q" for k, _ in recorder.scalings))
+    return {
+        "column": "lse",
+        "definition": ("lse_t = log sum_s exp(logit(t, s)) over every key s the layer let query t see, with "
+                       "logit = scaling * q_t.k_s, soft-capped (softcap * tanh(x / softcap)) where the layer caps, "
+                       "plus the layer's mask; and the per-head sink logit where the layer has one. A captured "
+                       "key's attention weight is exp(logit(t, s) - lse_t)"),
+        "how": ("computed for the sampled query rows from the layer's queries and all its keys as attention "
+                "received them, in blocks (qkdb.ingest.capture.normaliser): transformers' attention functions do "
+                "not return the kernels' own log-sum-exp"),
+        # Whether logit(t, s) can be recomputed from the stored vectors as they are (not --pre-rope, no
+        # position scaling divided out of the queries): else they must be turned back first.
+        "logits_from_stored_vectors": not transformed,
+        "layers": [{"layer": layer, **info} for layer, info in sorted(recorder.normalisers.items())],
+    }

@@ -425,8 +425,10 @@ def write_head(
     token_str: list[str] | None = None,
     dtype: str = "float32",
     compression: str = "zstd",
+    lse: np.ndarray | None = None,
 ) -> Path:
-    """Write one head folder in the sniffed-qk layout (FixedSizeList vectors, zstd unless told otherwise)."""
+    """Write one head folder in the sniffed-qk layout (FixedSizeList vectors, zstd unless told otherwise);
+    ``lse``: a query file's softmax normaliser per row (column ``lse``, float64)."""
     vectors = np.ascontiguousarray(vectors, dtype=dtype)
     n, d = vectors.shape
     folder = Path(root) / head_dir_name(layer, head, kind)
@@ -440,6 +442,8 @@ def write_head(
     }
     if token_str is not None:
         cols["token_str"] = pa.array(token_str, pa.string())
+    if lse is not None:
+        cols["lse"] = pa.array(np.asarray(lse, np.float64))
     path = folder / DATA_FILE
     # Dictionary-encoding full-mantissa floats is wasted work (they never repeat).
     dict_cols = [c for c in cols if c != "vector"]

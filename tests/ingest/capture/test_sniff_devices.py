@@ -120,6 +120,15 @@ def test_the_deferred_host_side_stores_the_same_dataset(family, kw, model_of, fa
     assert a.keys() == b.keys()
     for f in a:
         assert np.array_equal(a[f].vectors, b[f].vectors) and np.array_equal(a[f].positions, b[f].positions)
+    # and the queries' normalisers, which the deferred side copies to the host after the text
+    import pyarrow.parquet as pq
+
+    from qkdb.ingest.sources.layout import discover
+
+    lse = [{k: pq.read_table(hf.path, columns=["lse"]).column("lse").to_numpy() for k, hf in discover(o).queries.items()}
+           for o in (now.out, later.out)]
+    assert lse[0].keys() == lse[1].keys() and all(np.array_equal(lse[0][k], lse[1][k]) for k in lse[0])
+    assert all(np.isfinite(v).all() for v in lse[0].values())
     assert now.metadata == later.metadata
 
 

@@ -90,7 +90,8 @@ def test_a_capture_killed_anywhere_continues_and_equals_an_uninterrupted_one(mod
     _kill_when(proc, lambda: (work / "texts" / "000002.npy").is_file())
     assert not out.exists()
     assert sorted(p.name for p in (work / "texts").iterdir()) == [
-        "000000.json", "000000.npy", "000001.json", "000001.npy", "000002.npy"]
+        "000000.json", "000000.lse.npy", "000000.npy", "000001.json", "000001.lse.npy", "000001.npy",
+        "000002.lse.npy", "000002.npy"]
 
     # 2. the same command continues (texts 0 and 1 complete; text 2's rows without statistics are not);
     #    killed again while the dataset is being written
@@ -127,8 +128,8 @@ def _interrupted(model, corpus, out, after_text: int = 1, **kw):
     from qkdb.ingest.capture import partial
     from qkdb.ingest.capture.sniff import SniffOptions, sniff
 
-    def stop(self, text, block, stats, _orig=partial.PartialCapture.commit_text):
-        _orig(self, text, block, stats)
+    def stop(self, text, block, stats, lse=None, _orig=partial.PartialCapture.commit_text):
+        _orig(self, text, block, stats, lse=lse)
         if text == after_text:
             raise KeyboardInterrupt
 

@@ -1,0 +1,91 @@
+"""Every captured query's softmax normaliser makes every captured (query, key) weight the model's own.
+
+For a tiny random model of every family the capture covers (the coverage matrix of docs/sniff.md:
+sliding windows, Gemma-2's softcapping, multi-head latent attention, NoPE layers, partial rotary,
+llama-4 query scaling ...), every position of two short texts is captured; then for every captured
+query row t and every key row s of the same text and KV head, ``exp(logit(t, s) − lse_t)`` —
+``logit`` from the stored vectors, the recorded scaling and softcap — must equal the probability
+the model's own eager attention gives (``output_attentions``) within 1e-5, and the pairs the layer
+masks must be the pairs eager attention gives no weight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.sniff
+
+from helpers import tiny_models as tm  # noqa: E402
+
+from qkdb.ingest.sources.layout import discover, read_head, read_metadata  # noqa: E402
+
+N_TEXTS, MAX_LENGTH = 2, 40
+CAPTURED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is None]
+
+
+def _eager_probabilities(folder, windows) -> list[list[np.ndarray]]:
+    """Per text, per layer: the model's eager attention probabilities (n_q, T, T), float64."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    out = []
+    with torch.inference_mode():
+        for ids in windows:
+            res = model(input_ids=torch.as_tensor(ids)[None], use_cache=False, output_attentions=True)
+            out.append([a[0].double().numpy() for a in res.attentions])
+    return out
+
+
+def _query_factor(meta: dict, layer: int, positions: np.ndarray) -> np.ndarray:
+    """What the capture divided out of layer's stored queries (position_scaling with removed = true)."""
+    factor = np.ones(len(positions))
+    for s in meta.get("position_scaling") or []:
+        if s["kind"] == "q" and s["removed"] and layer in s["layers"]:
+            factor *= tm.llama4_scale(positions, s["beta"], s["original_max_position_embeddings"])
+    return factor
+
+
+@pytest.mark.parametrize("family", CAPTURED)
+def test_captured_weights_are_the_models_eager_attention(family, model_of, family_corpus, tmp_path):
+    folder = model_of(family)
+    out = tmp_path / "out"
+    tm.sniff_family(folder, family_corpus, out, n_texts=N_TEXTS, max_length=MAX_LENGTH,
+                    vectors_per_head=N_TEXTS * MAX_LENGTH, min_bucket_size=8)
+    meta = read_metadata(out)
+    normaliser = meta["capture"]["normaliser"]
+    layers = {e["layer"]: e for e in normaliser["layers"]}
+    probs = _eager_probabilities(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH))
+    group = meta["n_q_heads"] // meta["n_kv_heads"]
+    found = discover(out)
+    keys = {lh: read_head(hf.path) for lh, hf in found.keys.items()}
+    compared = masked = 0
+    for (layer, head), hf in found.queries.items():
+        q = read_head(hf.path)
+        lse = pq.read_table(hf.path, columns=["lse"]).column("lse").to_numpy()
+        assert lse is not None and np.isfinite(lse).all(), (layer, head)
+        k = keys.get((layer, head // group))
+        if k is None:
+            continue
+        scale, cap = layers[layer]["scaling"], layers[layer]["softcap"]
+        for ex in range(N_TEXTS):
+            qr, kr = q.example_id == ex, k.example_id == ex
+            t, s = q.positions[qr].astype(int), k.positions[kr].astype(int)
+            qv = q.vectors[qr].astype(np.float64) * _query_factor(meta, layer, t)[:, None]
+            logits = scale * (qv @ k.vectors[kr].astype(np.float64).T)
+            if cap:
+                logits = cap * np.tanh(logits / cap)
+            weights = np.exp(logits - lse[qr][:, None])
+            model = probs[ex][layer][head][np.ix_(t, s)]
+            seen = s[None, :] <= t[:, None]
+            if q.sliding_window:  # (the layer's window, as the capture stored it)
+                seen &= (t[:, None] - s[None, :]) < q.sliding_window
+            np.testing.assert_allclose(weights[seen], model[seen], rtol=0, atol=1e-5,
+                                       err_msg=f"{family} l{layer}h{head} text {ex}")
+            assert np.all(model[~seen] == 0), f"{family} l{layer}h{head}: the model attends where the mask says not"
+            compared += int(seen.sum())
+            masked += int((~seen).sum())
+    assert compared > 1000 and masked > 0
+    assert normaliser["logits_from_stored_vectors"] == (not meta.get("position_scaling"))
