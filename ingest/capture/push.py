@@ -161,7 +161,10 @@ tags:
 Query and key vectors of **{hf_model}**'s attention heads, as the model computed them, captured with
 [qkdb](https://pypi.org/project/qkdb/) and stored in the sniffed-qk layout: one folder per head,
 `l{{LL}}h{{HH}}q` (query head) or `l{{LL}}h{{HH}}k` (key/value head), each with a `data.parquet` of
-`bucket`, `example_id`, `position`, `vector` (the head_dim values) and `sliding_window`.
+`bucket`, `example_id`, `position`, `vector` (the head_dim values) and `sliding_window`; query files of
+captures that recorded it also hold `lse`, each query's softmax normaliser over every key it attended to
+(a captured key's attention weight is `exp(scaling · q·k − lse)`; `capture.normaliser` in
+`qkdb_dataset.json` says how, and the weights' sha256 is `capture.weights_sha256`).
 
 | | |
 |---|---|
