@@ -338,6 +338,28 @@ RECENCY = Table(
     ),
 )
 
+ATTENTION_MASS = Table(
+    "attention_mass",
+    "Attention as the model computed it (docs/attention.md): per query head and query-position bin, the mean attention weight on token 0, tokens 0-3 and the captured keys within 64 / 256 / 1,024 tokens, from each query's captured softmax normaliser (qkdb sniff's lse). Only captures that recorded it have rows.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("bin", i32, "Query-position bin: [4^(bin-1), 4^bin) tokens, bin 0 = positions 0-3 (q_lo, q_hi)."),
+        Column("q_lo", i64, "First query position of the bin."),
+        Column("q_hi", i64, "Query positions are below this."),
+        Column("n_queries", i64, "Captured queries in the bin."),
+        Column("n_token0", i64, "Of them, queries whose text's key at position 0 was captured (mass_token0 and sink_margin are over these)."),
+        Column("mass_token0", f64, "Mean weight on token 0: exp(logit(t, 0) - lse_t)."),
+        Column("mass_tokens0_3", f64, "Mean weight on tokens 0-3, over queries whose text has every key 0..min(3, t) captured."),
+        Column("mass_recent_64", f64, "Mean weight on the captured keys within 64 tokens (0 <= t - s < 64): exact when every key there was captured, else a lower bound."),
+        Column("mass_recent_256", f64, "The same within 256 tokens."),
+        Column("mass_recent_1024", f64, "The same within 1,024 tokens."),
+        Column("captured_share", f64, "Mean total weight on all captured keys of the query's text: the share of its attention the captured keys explain (1 for a capture of every position)."),
+        Column("sink_margin", f64, "Mean of logit(t, 0) minus the largest other captured logit of the query (after the scale and any softcap)."),
+    ),
+)
+
 INGEST_RUNS = Table(
     "ingest_runs",
     "One row per successful ingest: source, revision, parameters, versions, timing, heads done and skipped.",
@@ -363,7 +385,7 @@ INGEST_RUNS = Table(
 
 TABLES: dict[str, Table] = {
     t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, PLASTICITY, PLASTICITY_PROFILE,
-                        PLASTICITY_2D, RECENCY, INGEST_RUNS)
+                        PLASTICITY_2D, RECENCY, ATTENTION_MASS, INGEST_RUNS)
 }
 
 # Tables derived from the published models as a whole, rewritten after every publish or removal

@@ -8,6 +8,7 @@ import numpy as np
 
 from qkdb.errors import InputError
 from qkdb.ingest.sources.layout import HeadData, screen_values, within_bound
+from qkdb.ingest.metrics.attention_mass import head_attention_mass
 from qkdb.ingest.metrics.complement import complement_pairs
 from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
@@ -48,6 +49,10 @@ class HeadContext:
     rope: RopeLayout | None = None
     # The context length L plasticity's bins divide (tokens); None: the head's largest position + 1
     context_length: int | None = None
+    # The layer's attention scaling and logit softcap, when the capture's normaliser can be used with
+    # the stored vectors (attention_mass); None: no attention mass for this head
+    scaling: float | None = None
+    softcap: float | None = None
 
 
 @dataclass
@@ -95,6 +100,7 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
             data.n_dropped,
             data.sliding_window,
             screened=data.screened,
+            lse=None if data.lse is None else data.lse[idx],
         )
         n = options.max_vectors
     if rotate is not None:
@@ -207,6 +213,7 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
         rows.tables["rotation"]["omega_r_squared"] = omega_r2
     if options.plasticity:
         _plasticity(q, k, ctx, options, rot.columns.get("bias_strength"), rows, stream(54))
+    _attention_mass(q, k, ctx, rows)
     if options.points:
         rows.tables["points"] = {
             "layer": ctx.layer,
@@ -219,6 +226,18 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
             ),
         }
     return rows
+
+
+def _attention_mass(q: KindData, k: KindData, ctx: HeadContext, rows: HeadRows) -> None:
+    """Attention mass from the captured normaliser (docs/attention.md): only for a query file with ``lse``
+    whose logits the stored vectors give (``ctx.scaling``), with the texts of its rows."""
+    if q.data.lse is None or ctx.scaling is None or q.data.example_id is None or k.data.example_id is None:
+        return
+    got = head_attention_mass(q.data.vectors, q.data.positions, q.data.example_id, q.data.lse, k.data.vectors,
+                              k.data.positions, k.data.example_id, scaling=ctx.scaling, softcap=ctx.softcap,
+                              window=q.data.sliding_window)
+    n = len(got["bin"])
+    rows.tables["attention_mass"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head), **got}
 
 
 def _plasticity(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions, bias_strength,

@@ -57,7 +57,16 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         rope_planes=spec.rope != "none",
         rope=_layer_layout(spec, layer, head_dim),
         context_length=spec.context_length,
+        **_logits_of(spec, layer),
     )
+
+
+def _logits_of(spec: ModelSpec, layer: int) -> dict:
+    """The layer's scaling and softcap from the capture's normaliser record, when its logits can be taken."""
+    for entry_layer, scaling, softcap in spec.attention_logits or ():
+        if entry_layer == layer:
+            return {"scaling": scaling, "softcap": softcap}
+    return {}
 
 
 @functools.lru_cache(maxsize=256)

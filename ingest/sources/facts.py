@@ -19,7 +19,7 @@ from qkdb.ingest.sources import registry
 from qkdb.ingest.sources.layout import METADATA_FILE
 from qkdb.ingest.sources.registry import ModelSpec
 
-_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256"}
+_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256", "attention_logits"}
 
 
 def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
@@ -62,7 +62,8 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     registry.check_head_counts(spec, origin)
     if registered is not None:
         _check_dataset_counts(spec, facts, given)
-    spec = replace(spec, pre_rope=captured_pre_rope(metadata), weights_sha256=captured_weights(metadata))
+    spec = replace(spec, pre_rope=captured_pre_rope(metadata), weights_sha256=captured_weights(metadata),
+                   attention_logits=captured_logits(metadata))
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -103,6 +104,25 @@ def captured_weights(metadata: dict) -> str | None:
     if value is not None and not (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)):
         raise InputError(f"{METADATA_FILE}: capture.weights_sha256 must be a sha256 (64 hex digits), got {value!r}")
     return value
+
+
+def captured_logits(metadata: dict) -> tuple | None:
+    """Each layer's (layer, scaling, softcap) from ``capture.normaliser``, when the stored vectors give the
+    logits the normaliser sums (``logits_from_stored_vectors``); None otherwise (no attention mass)."""
+    capture = metadata.get("capture")
+    record = capture.get("normaliser") if isinstance(capture, dict) else None
+    if not isinstance(record, dict) or record.get("logits_from_stored_vectors") is not True:
+        return None
+    out = []
+    for entry in record.get("layers") or []:
+        try:
+            layer, scaling = int(entry["layer"]), float(entry["scaling"])
+            softcap = None if entry.get("softcap") is None else float(entry["softcap"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{METADATA_FILE}: capture.normaliser.layers holds {entry!r}; expected "
+                             "{layer, scaling, softcap}") from None
+        out.append((layer, scaling, softcap))
+    return tuple(out) or None
 
 
 def _metadata_facts(facts: dict) -> dict:

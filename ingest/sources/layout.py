@@ -77,6 +77,8 @@ class HeadData:
     # every vector value is finite too (NaN or ±inf would make its column's sum non-finite).
     vector_sum: np.ndarray | None = None
     screened: bool = False  # every value is known to be finite and within ±VALUE_BOUND
+    # (n,) each query row's softmax normaliser (qkdb sniff's column ``lse``), or None when not captured
+    lse: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ def read_head(path: str | os.PathLike) -> HeadData:
         missing = {"position", "vector"} - names
         if missing:
             raise InputError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-        extra = [c for c in ("example_id", "sliding_window") if c in names]
+        extra = [c for c in ("example_id", "sliding_window", "lse") if c in names]
         fast = read_fixed_size_vectors(pf, path, "vector")
         cols = ["position"] + extra if fast is not None else ["position", "vector"] + extra
         table = pf.read(columns=cols, use_threads=fast is None)
@@ -328,7 +330,11 @@ def read_head(path: str | os.PathLike) -> HeadData:
         sw = table.column("sliding_window").drop_null()
         if len(sw):
             sliding = int(_numpy(sw.combine_chunks()).max())
-    return HeadData(vectors, positions, example_id, int(n_null), sliding, vector_sum)
+    lse = None
+    if "lse" in table.column_names:
+        col = table.column("lse").combine_chunks()
+        lse = _numpy(col.fill_null(float("nan")) if col.null_count else col).astype(np.float64)
+    return HeadData(vectors, positions, example_id, int(n_null), sliding, vector_sum, lse=lse)
 
 
 def find_bad_values(data: HeadData) -> BadValues | None:
@@ -393,7 +399,7 @@ def screen_values(data: HeadData, path: str | os.PathLike, *, drop: bool = False
     keep = ~bad.rows
     example_id = data.example_id[keep] if data.example_id is not None else None
     out = HeadData(data.vectors[keep], data.positions[keep], example_id, data.n_dropped + bad.n_rows,
-                   data.sliding_window, None, screened=True)
+                   data.sliding_window, None, screened=True, lse=None if data.lse is None else data.lse[keep])
     return out, bad.n_rows
 
 

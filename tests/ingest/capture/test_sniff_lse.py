@@ -89,3 +89,32 @@ def test_captured_weights_are_the_models_eager_attention(family, model_of, famil
             masked += int((~seen).sum())
     assert compared > 1000 and masked > 0
     assert normaliser["logits_from_stored_vectors"] == (not meta.get("position_scaling"))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "mistral"])
+def test_the_ingested_attention_mass_is_the_models(family, model_of, family_corpus, tmp_path):
+    """From capture to warehouse: attention_mass's weight on token 0 and on the last 64 tokens, per bin,
+    is the mean of the model's own eager probabilities over the bin's queries (every position captured)."""
+    from qkdb import api
+
+    folder = model_of(family)
+    out = tmp_path / "out"
+    tm.sniff_family(folder, family_corpus, out, n_texts=N_TEXTS, max_length=MAX_LENGTH,
+                    vectors_per_head=N_TEXTS * MAX_LENGTH, min_bucket_size=8)
+    api.ingest(out, home=tmp_path / "home", workers=1, plasticity=False)
+    probs = _eager_probabilities(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH))
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        rows = con.execute("select layer, head, q_lo, q_hi, mass_token0, mass_recent_64, captured_share "
+                           "from attention_mass").fetchall()
+        status = con.execute("select status, n_heads from sink_rate").fetchall()
+    finally:
+        con.close()
+    meta = read_metadata(out)
+    assert len(rows) == meta["n_layers"] * meta["n_q_heads"] * 3  # bins [0,4) [4,16) [16,64) of the 40 positions
+    for layer, head, lo, hi, m0, r64, cap in rows:
+        t = np.arange(lo, min(hi, MAX_LENGTH))
+        eager = np.concatenate([p[layer][head][t] for p in probs])  # (queries, keys)
+        assert m0 == pytest.approx(eager[:, 0].mean(), abs=1e-5), (layer, head, lo)
+        assert r64 == pytest.approx(1.0, abs=1e-5) and cap == pytest.approx(1.0, abs=1e-5)
+    assert status == [("measured", meta["n_layers"] * meta["n_q_heads"])]

@@ -1,0 +1,159 @@
+"""Attention mass from a captured softmax normaliser, against planted sinks (docs/attention.md).
+
+The planted truth: a dataset written here with every position of short texts captured, each query's
+``lse`` computed over all its keys by brute force, and one head per layer given a strong key at
+position 0 that every query aligns with (a sink), the other not. The ingest's ``attention_mass`` must
+be the brute-force masses, and ``sink_rate`` must count exactly the sink heads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qkdb import api
+from qkdb.ingest.metrics.attention_mass import BIN_EDGES, query_masses
+from qkdb.ingest.sources.layout import write_head, write_metadata
+
+D, T, TEXTS, SCALE = 8, 64, 3, 8 ** -0.5
+
+
+def _brute(Q, tq, qx, K, tk, kx, scale, softcap=None, window=None):
+    """Per query: the full softmax over its text's keys at s <= t (and within the window), by loops."""
+    out = {"token0": [], "tokens0_3": [], "recent_64": [], "captured": [], "sink_margin": []}
+    for i in range(len(Q)):
+        keys = [j for j in range(len(K)) if kx[j] == qx[i] and tk[j] <= tq[i] and (not window or tq[i] - tk[j] < window)]
+        in_text = {tk[j] for j in range(len(K)) if kx[j] == qx[i] and tk[j] <= tq[i]}  # captured, seen or not
+        logits = np.array([scale * float(Q[i] @ K[j]) for j in keys])
+        if softcap:
+            logits = softcap * np.tanh(logits / softcap)
+        w = np.exp(logits - np.logaddexp.reduce(logits))
+        pos = [tk[j] for j in keys]
+        # a captured token 0 the window hides has weight 0
+        out["token0"].append(w[pos.index(0)] if 0 in pos else (0.0 if 0 in in_text else np.nan))
+        complete = all(p in in_text for p in range(min(3, tq[i]) + 1))
+        out["tokens0_3"].append(sum(w[n] for n, p in enumerate(pos) if p < 4) if complete else np.nan)
+        out["recent_64"].append(sum(w[n] for n, p in enumerate(pos) if tq[i] - p < 64))
+        out["captured"].append(w.sum())
+        others = [logits[n] for n, p in enumerate(pos) if p != 0]
+        out["sink_margin"].append(logits[pos.index(0)] - max(others) if 0 in pos and others else np.nan)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _lse(Q, tq, qx, K, tk, kx, scale, softcap=None, window=None):
+    lse = np.empty(len(Q))
+    for i in range(len(Q)):
+        seen = (kx == qx[i]) & (tk <= tq[i]) & ((tq[i] - tk < window) if window else True)
+        logits = scale * (K[seen] @ Q[i])
+        if softcap:
+            logits = softcap * np.tanh(logits / softcap)
+        lse[i] = np.logaddexp.reduce(logits)
+    return lse
+
+
+@pytest.mark.parametrize("softcap, window", [(None, None), (3.0, 10)])
+def test_per_query_masses_are_the_full_softmaxs(softcap, window):
+    rng = np.random.default_rng(0)
+    tq, qx = np.tile(np.arange(20), 2), np.repeat([0, 1], 20)
+    tk, kx = tq.copy(), qx.copy()
+    Q, K = rng.normal(size=(40, D)) * 2, rng.normal(size=(40, D)) * 2
+    lse = _lse(Q, tq, qx, K, tk, kx, SCALE, softcap, window)
+    got = query_masses(Q, tq, qx, lse, K, tk, kx, scaling=SCALE, softcap=softcap, window=window)
+    want = _brute(Q, tq, qx, K, tk, kx, SCALE, softcap, window)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
+    assert np.allclose(got["captured"], 1.0)  # every key captured: the captured keys explain it all
+
+
+def test_without_token_0_or_with_a_gap_it_is_not_made_up():
+    rng = np.random.default_rng(1)
+    tq = np.array([5, 9])
+    tk = np.array([1, 2, 3, 4, 5, 9])  # no key at position 0
+    Q, K = rng.normal(size=(2, D)), rng.normal(size=(6, D))
+    lse = np.array([3.0, 3.0])  # (the uncaptured keys took the rest)
+    got = query_masses(Q, tq, np.zeros(2), lse, K, tk, np.zeros(6), scaling=SCALE)
+    assert np.isnan(got["token0"]).all() and np.isnan(got["tokens0_3"]).all() and np.isnan(got["sink_margin"]).all()
+    assert (got["captured"] < 1).all()
+
+
+def _planted(root, *, sink_heads, lse=True):
+    """Two layers, two query heads sharing one key head per layer; in each layer one head has a sink."""
+    rng = np.random.default_rng(7)
+    tq = np.tile(np.arange(T), TEXTS)
+    ex = np.repeat(np.arange(TEXTS), T)
+    truth = {}
+    for layer in range(2):
+        K = rng.normal(size=(T * TEXTS, D))
+        sink = rng.normal(size=D)
+        sink /= np.linalg.norm(sink)
+        K[tq == 0] = 6.0 * sink  # a strong key at position 0 of every text
+        write_head(root, layer, 0, "k", K, tq, example_id=ex, dtype="float64")  # (the truth is float64)
+        for head in range(2):
+            Q = rng.normal(size=(T * TEXTS, D))
+            if (layer, head) in sink_heads:
+                Q += 4.0 * sink  # every query aligned with the sink key
+            else:
+                Q -= 4.0 * sink  # every query turned away from it
+            lse_q = _lse(Q, tq, ex, K, tq, ex, SCALE)
+            write_head(root, layer, head, "q", Q, tq, example_id=ex, lse=lse_q if lse else None, dtype="float64")
+            truth[(layer, head)] = _brute(Q, tq, ex, K, tq, ex, SCALE)
+    meta = {"model": root.name, "family": "Planted", "n_layers": 2, "n_q_heads": 2, "n_kv_heads": 1, "head_dim": D,
+            "rope": "none", "nope_layers": [0, 1], "source": "sniff",
+            "capture": {"max_length": T, **({"normaliser": {"column": "lse", "logits_from_stored_vectors": True,
+                        "layers": [{"layer": l, "scaling": SCALE, "softcap": None} for l in range(2)]}} if lse else {})}}
+    write_metadata(root, meta)
+    return truth
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sinks")
+    home = base / "home"
+    truth = _planted(base / "planted-sinks", sink_heads={(0, 0), (1, 0)})
+    _planted(base / "planted-no-lse", sink_heads={(0, 0)}, lse=False)
+    for name in ("planted-sinks", "planted-no-lse"):
+        api.ingest(base / name, home=home, workers=1, plasticity=False)
+    return home, truth
+
+
+def test_the_table_is_the_brute_force_masses_per_bin(planted):
+    home, truth = planted
+    con = api.connect(home, read_only=True)
+    try:
+        rows = con.execute("select layer, head, q_lo, q_hi, n_queries, n_token0, mass_token0, mass_tokens0_3, "
+                           "mass_recent_64, captured_share, sink_margin from attention_mass "
+                           "where model = 'planted-sinks' order by all").fetchall()
+        other = con.execute("select count(*) from attention_mass where model = 'planted-no-lse'").fetchone()[0]
+    finally:
+        con.close()
+    assert other == 0
+    tq = np.tile(np.arange(T), TEXTS)
+    assert {(r[0], r[1]) for r in rows} == set(truth) and len(rows) == 4 * 3  # bins [0,4) [4,16) [16,64) of each head
+    for layer, head, lo, hi, n, n0, m0, m03, r64, cap, margin in rows:
+        assert (lo, hi) in set(zip(BIN_EDGES[:-1], BIN_EDGES[1:]))
+        sel = (tq >= lo) & (tq < hi)
+        want = truth[(layer, head)]
+        assert n == n0 == sel.sum()
+        assert m0 == pytest.approx(want["token0"][sel].mean(), abs=1e-12)
+        assert m03 == pytest.approx(want["tokens0_3"][sel].mean(), abs=1e-12)
+        assert r64 == pytest.approx(want["recent_64"][sel].mean(), abs=1e-12)
+        assert cap == pytest.approx(1.0, abs=1e-12)
+        assert margin == pytest.approx(np.nanmean(want["sink_margin"][sel]), abs=1e-9)  # (t = 0: no other key)
+
+
+def test_the_sink_rate_counts_the_planted_sinks(planted):
+    home, truth = planted
+    con = api.connect(home, read_only=True)
+    try:
+        rate = {r[0]: r[1:] for r in con.execute(
+            "select model, status, n_heads, n_sink_heads, sink_rate, epsilon, context from sink_rate").fetchall()}
+        # epsilon and the context are parameters
+        strict = con.execute("create temp view params as select * replace (0.999 as sink_epsilon) from qk.main.params; "
+                             "select n_sink_heads from sink_rate where model = 'planted-sinks'").fetchone()[0]
+    finally:
+        con.close()
+    means = {h: truth[h]["token0"][np.tile(np.arange(T), TEXTS) < 64].mean() for h in truth}
+    assert {h for h, m in means.items() if m > 0.3} == {(0, 0), (1, 0)}  # (the plant took)
+    assert rate["planted-sinks"] == ("measured", 4, 2, 0.5, 0.3, 64)
+    assert rate["planted-no-lse"][0] == "no normaliser captured" and rate["planted-no-lse"][3] is None
+    assert strict == sum(m > 0.999 for m in means.values())
