@@ -9,16 +9,17 @@ boolean mask tensor attention was handed, which then decides alone). A family wh
 a per-head *sink* logit to the softmax (gpt-oss) has it added to the sum: the captured keys'
 weights then leave the sink's share out, as the model's do.
 
-Computed for the sampled rows only, from the layer's full keys, in blocks of rows × keys so memory
-stays bounded (about ``block`` elements) at any context length; keys after a block's last query are
-never read (causal).
+Computed for the sampled rows only, from the layer's full keys, one KV head at a time, in blocks of
+rows so that memory stays about ``block`` logits whatever the number of rows; keys after a block's
+last query are never read (causal). (A block holds all of its rows' keys up to the last: at 128k
+tokens that is ~32 rows of 131,072 logits.)
 """
 
 from __future__ import annotations
 
 import math
 
-# Elements of one block of logits: 4M float64 = 32 MB, whatever the context length.
+# Logits of one block: 4M (16 MB in float32), whatever the number of rows.
 BLOCK = 1 << 22
 
 
@@ -48,7 +49,8 @@ def sampled_lse(torch, query, key, heads, positions, *, scaling: float, softcap:
     block : int
         Logits computed at once (rows × keys).
     dtype : torch dtype, optional
-        Computed in this type (default float64 on the CPU, float32 elsewhere).
+        Computed in this type: by default float32 for a model computing in float32 or half precision
+        (as its attention does), float64 for float64 inputs.
 
     Returns
     -------
@@ -57,42 +59,38 @@ def sampled_lse(torch, query, key, heads, positions, *, scaling: float, softcap:
     """
     device = query.device
     if dtype is None:
-        dtype = torch.float64 if device.type == "cpu" else torch.float32
+        dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
     n = int(heads.shape[0])
     out = torch.full((n,), -math.inf, dtype=dtype, device=device)
     if n == 0:
         return out
-    n_q, n_kv = query.shape[1], key.shape[1]
-    group = n_q // n_kv
-    seq = key.shape[2]
-    q = query[0][heads, positions].to(dtype)  # (n, d)
+    group = query.shape[1] // key.shape[1]
     kv_heads = heads // group
-    order = torch.argsort(positions)  # causal: a block of rows needs keys up to its last position only
-    rows_per = max(1, min(n, block // max(1, seq)))
-    key_step = max(1, block // rows_per)
-    for r0 in range(0, n, rows_per):
-        sel = order[r0:r0 + rows_per]
-        t = positions[sel]
-        last = int(t.max()) + 1
-        qh, kh = q[sel], kv_heads[sel]
-        acc = torch.full((len(sel),), -math.inf, dtype=dtype, device=device)
-        for s0 in range(0, last, key_step):
-            s1 = min(last, s0 + key_step)
-            k = key[0, :, s0:s1].to(dtype)  # (n_kv, c, d)
-            logits = torch.einsum("nd,ncd->nc", qh, k[kh]) * scaling
+    # One KV head at a time: its rows' logits are one matrix product with its keys (no gathered copy
+    # of the keys per row), rows in position order so a block of them reads keys up to its last only.
+    for kv in torch.unique(kv_heads).tolist():
+        idx = torch.nonzero(kv_heads == kv).flatten()
+        idx = idx[torch.argsort(positions[idx])]
+        keys = key[0, kv].to(dtype)  # (seq, d)
+        rows_per = max(1, min(len(idx), block // max(1, keys.shape[0])))
+        for r0 in range(0, len(idx), rows_per):
+            sel = idx[r0:r0 + rows_per]
+            t, h = positions[sel], heads[sel]
+            q = query[0][h, t].to(dtype)  # (r, d)
+            last = int(t.max()) + 1
+            logits = (q @ keys[:last].T) * scaling  # (r, last)
             if softcap:
                 logits = softcap * torch.tanh(logits / softcap)
-            s = torch.arange(s0, s1, device=device)
             if mask is None:
+                s = torch.arange(last, device=device)
                 seen = s[None, :] <= t[:, None]
                 if window:
                     seen &= (t[:, None] - s[None, :]) < window
                 logits = logits.masked_fill(~seen, -math.inf)
             else:
-                m = mask[0, heads[sel] if mask.shape[1] > 1 else 0, t][:, s0:s1]
+                m = mask[0, h if mask.shape[1] > 1 else 0, t][:, :last]
                 logits = logits.masked_fill(~m, -math.inf) if m.dtype == torch.bool else logits + m.to(dtype)
-            acc = torch.logaddexp(acc, torch.logsumexp(logits, dim=1))
-        out[sel] = acc
+            out[sel] = torch.logsumexp(logits, dim=1)
     if sinks is not None:
         out = torch.logaddexp(out, sinks.to(device=device, dtype=dtype)[heads])
     return out

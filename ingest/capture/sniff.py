@@ -109,6 +109,7 @@ class SniffOptions:
     unchecked: bool = False
     dtype: str = "float32"
     token_strings: bool = False
+    normaliser: bool = True  # each query row's softmax normaliser (column lse; --no-lse leaves it out)
     model_name: str | None = None
     family: str | None = None
     hf_model: str | None = None
@@ -232,7 +233,7 @@ FLAGS = {
     "n_texts": "--texts", "max_length": "--max-length", "pack": "--pack (not --no-pack)", "q_heads": "--q-heads",
     "vectors_per_head": "--vectors-per-head", "positions": "--positions", "min_bucket_size": "--min-bucket-size",
     "seed": "--seed", "pre_rope": "--pre-rope", "keep_position_scaling": "--keep-position-scaling",
-    "unchecked": "--unchecked", "dtype": "--dtype", "token_strings": "--tokens", "model_name": "--model",
+    "unchecked": "--unchecked", "dtype": "--dtype", "token_strings": "--tokens", "normaliser": "--lse (not --no-lse)", "model_name": "--model",
     "family": "--family", "hf_model": "--hf-model", "model_revision": "--revision", "device": "--device",
     "model_dtype": "--model-dtype", "device_map": "--device-map", "attn": "--attn", "check_rows": "--check-rows",
     "dataset": "--dataset", "dataset_config": "--config", "dataset_split": "--split",
@@ -508,7 +509,7 @@ def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bo
         frequencies=FrequencySource(model, config_candidates(facts.rope_theta, facts.rope_scaling, facts.layer_rope_theta,
                                                              facts.layer_rope_scaling, declared=facts.rope != "none")),
         tolerance=check_tolerance(prep.device.dtype_name), check_rows=options.check_rows, seed=options.seed,
-        device=prep.device, deferred=options.deferred, storage_dtype=options.dtype,
+        device=prep.device, deferred=options.deferred, storage_dtype=options.dtype, normalise=options.normaliser,
     )
     # one fixed name: a later capture in the same process replaces this recorder, none piles up
     transformers.AttentionInterface.register(ATTENTION_NAME, recorder)
@@ -533,7 +534,7 @@ def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bo
         if work.replay:
             _same_as_stored(partial.rows(work.text), block, recorder.tolerance, out, prep.what)
         else:
-            partial.commit_text(work.text, block, stats, lse=lse)
+            partial.commit_text(work.text, block, stats, lse=lse if options.normaliser else None)
 
     pending = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkdb-sniff-host") as pool:

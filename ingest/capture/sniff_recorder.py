@@ -253,12 +253,14 @@ class Recorder:
         layer and the rows are gathered straight into a reused host block.
     storage_dtype : str
         The stored vectors' numpy dtype.
+    normalise : bool
+        Compute each sampled query row's softmax normaliser (:mod:`.normaliser`).
     """
 
     def __init__(self, torch, backend, plan, *, nope_layers, scalings, remove_scalings, pre_rope, check,
                  attn_modules, dims, frequencies: FrequencySource, tolerance: float = CHECK_TOLERANCE,
                  check_rows: int | None = None, seed: int = 0, device=None, deferred: bool | None = None,
-                 storage_dtype: str = "float32"):
+                 storage_dtype: str = "float32", normalise: bool = True):
         self.torch = torch
         self.backend = backend
         self.plan = plan
@@ -279,6 +281,7 @@ class Recorder:
         self.device = device
         self.deferred = bool(device is not None and device.accelerator) if deferred is None else bool(deferred)
         self.storage_dtype = np.dtype(storage_dtype)
+        self.normalise = bool(normalise)
         self.active = False
         self._ts = _TextState(-1, 0, False)
         self.sliding: dict[int, int | None] = {}
@@ -513,7 +516,7 @@ class Recorder:
                 self._gather_heads(states, ix["heads"], ix["positions"], out=self._buffer[a:b])
             if len(ix["check_positions"]):
                 obs[kind] = self._gather_heads(states, ix["check_heads"], ix["check_positions"])
-            if kind == "q" and b > a:
+            if kind == "q" and b > a and self.normalise:
                 self._normalise(module, layer, query, key, mask, ix, a, b)
         establishing = layer not in self.rope
         pre: dict[str, list] = {}

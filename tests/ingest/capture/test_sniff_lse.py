@@ -118,3 +118,16 @@ def test_the_ingested_attention_mass_is_the_models(family, model_of, family_corp
         assert m0 == pytest.approx(eager[:, 0].mean(), abs=1e-5), (layer, head, lo)
         assert r64 == pytest.approx(1.0, abs=1e-5) and cap == pytest.approx(1.0, abs=1e-5)
     assert status == [("measured", meta["n_layers"] * meta["n_q_heads"])]
+
+
+def test_no_lse_leaves_the_normaliser_out(model_of, family_corpus, tmp_path, runner):
+    from qkdb.cli.app import app
+    import qkdb.cli.sniff  # noqa: F401
+
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["sniff", "--model-path", str(model_of("llama")), "--text", str(family_corpus),
+                              "--texts", "1", "--max-length", "32", "--vectors-per-head", "16", "--min-bucket-size", "8",
+                              "--no-lse", "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    assert "normaliser" not in read_metadata(out)["capture"]
+    assert all("lse" not in pq.read_schema(hf.path).names for hf in discover(out).queries.values())
