@@ -157,3 +157,16 @@ def test_the_sink_rate_counts_the_planted_sinks(planted):
     assert rate["planted-sinks"] == ("measured", 4, 2, 0.5, 0.3, 64)
     assert rate["planted-no-lse"][0] == "no normaliser captured" and rate["planted-no-lse"][3] is None
     assert strict == sum(m > 0.999 for m in means.values())
+
+
+def test_masses_are_unchanged_by_an_orthogonal_map_of_q_and_k():
+    # Attention depends on q.k only: one rotation of both leaves every weight where it was.
+    rng = np.random.default_rng(4)
+    tq, qx = np.tile(np.arange(30), 2), np.repeat([0, 1], 30)
+    Q, K = rng.normal(size=(60, D)) * 2, rng.normal(size=(60, D)) * 2
+    R, _ = np.linalg.qr(rng.normal(size=(D, D)))
+    lse = _lse(Q, tq, qx, K, tq, qx, SCALE)
+    a = query_masses(Q, tq, qx, lse, K, tq, qx, scaling=SCALE, window=12)
+    b = query_masses(Q @ R, tq, qx, lse, K @ R, tq, qx, scaling=SCALE, window=12)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-9, atol=1e-12, err_msg=name)
