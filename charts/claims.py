@@ -18,7 +18,7 @@ from qkdb.charts import registry
 @dataclass(frozen=True)
 class ClaimGroup:
     key: str  # the finding-id prefix, e.g. "003.F4" (its first part is the seed)
-    seed: str  # the report's part: "003", "002", or "ecl" (plasticity and effective context)
+    seed: str  # the report's part: "003", "002", "ecl" (plasticity and effective context) or "attn" (sinks)
     label: str  # where the seed states it: "Finding 4", "figure 08", "Lemma"
     claim: str  # the seed's claim, one sentence (plain text, Unicode notation)
     headline: str  # the findings row the scorecard shows for the group
@@ -38,6 +38,7 @@ SEEDS = {
     "003": "Seed 003 · combined Q/K PCA",
     "002": "Seed 002 · planar rotation",
     "ecl": "Plasticity and effective context",
+    "attn": "Attention as the model computes it",
 }
 
 GROUPS: tuple[ClaimGroup, ...] = (
@@ -102,6 +103,10 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("002.recency", "ecl", "recency term",
                "The logits carry a recency term μQ^a·αK·j: each head's measured logit slope in the key position is its bias strength.",
                "002.recency.corr", figures=("recency-check",)),
+    ClaimGroup("attn.sink", "attn", "attention sinks",
+               "Most heads put more than 0.3 of their attention on token 0 (Gu et al. 2025: LLaMA3-8B 99.02%, "
+               "Mistral-7B 97.49%), and that mass is position-driven: every query favours token 0 alike.",
+               "attn.sink.rate", figures=("sink-map", "sink-series")),
 )
 
 # The front page's headline figures, best first; the report shows the first few the data supports.

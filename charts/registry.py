@@ -25,6 +25,7 @@ GROUPS = {
     "series-pca": "Training series: combined Q/K PCA (seed 003, figures 07–12)",
     "series-rotation": "Training series: planar rotation (seed 002, figures 09–10)",
     "plasticity": "Plasticity and effective context (seed 003's hypotheses, seed 002's recency term)",
+    "attention": "Attention as the model computes it: sinks, from the captured softmax normaliser",
 }
 
 
@@ -88,6 +89,8 @@ FIGURES: dict[str, Figure] = {
         Figure("series-plasticity", "plasticity 05", "AP first / last fifth, their drop and bias strength along a checkpoint series", "plasticity", "plasticity.build_series", "series"),
         Figure("plasticity-vs-benchmark", "plasticity 06", "a model-level metric (AP drop) against the benchmark's overall score, by family, r / ρ / interval in the title, match kind marked", "plasticity", "benchmark_join.build_vs_benchmark", "models"),
         Figure("plasticity-retention", "plasticity 07", "AP retention against benchmark score retention over the same lengths, per model", "plasticity", "benchmark_join.build_retention", "models"),
+        Figure("sink-map", "attention 01", "mean attention weight on token 0 per layer × head, a panel per model, sink heads outlined", "attention", "sinks.build_map", "models"),
+        Figure("sink-series", "attention 02", "sink rate and mean weight on token 0 per checkpoint of a series", "attention", "sinks.build_series", "series"),
     )
 }
 

@@ -44,6 +44,7 @@ __getattr__, __dir__ = facade(__name__, {
     "simulate": "qkdb.ingest.capture.simulate",
     "SimSpec": "qkdb.ingest.capture.simulate",
     "Ranges": "qkdb.ingest.capture.simulate",
+    "Sinks": "qkdb.ingest.capture.simulate_sinks",
     "PLANTED_FILE": "qkdb.ingest.capture.simulate",
     "sniff": "qkdb.ingest.capture.sniff",
     "SniffOptions": "qkdb.ingest.capture.sniff",

@@ -1,6 +1,6 @@
 -- The numbers every finding rests on: one row per head (per head and checkpoint for a series change) and finding, with the statistic that combines them.
 -- Seed: the per-head values behind every number of the `findings` view.
--- Depends: params, model_pool, scoped_heads, rotation_planes
+-- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads
 -- `findings` computes each measured value from these rows with `stat`, and the intervals in
 -- `finding_intervals` are computed from the same rows (qkdb/warehouse/intervals.py), so the two
 -- can never disagree on which heads count. Scopes are the strings `findings` shows: 'overall'
@@ -88,6 +88,12 @@ plas as materialized (
     left join plasticity pl on pl.model = p.source_model and pl.layer = p.layer and pl.head = p.head
         and pl.estimator = 'empirical'
     left join recency rc on rc.model = p.source_model and rc.layer = p.layer and rc.head = p.head
+),
+-- Each pooled head's attention sink (captures with a softmax normaliser only: x is NULL elsewhere).
+sinks as materialized (
+    select p.*, sk.is_sink, sk.bias_share
+    from pooled p
+    join sink_heads sk on sk.model = p.source_model and sk.layer = p.layer and sk.head = p.head
 ),
 -- The seed's model groups (seed 003 Finding 1 table, Finding 4, seed 002 figure 05).
 seed_groups(grp, label, family, models) as (
@@ -257,6 +263,15 @@ rows as (
     select '003.ap.lc_overall' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, ap_overall as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from spp where span = 'long_context'
     union all by name
     select '003.ap.lc_last20' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, ap_last20 as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from spp where span = 'long_context'
+    -- attention as computed (docs/attention.md) ------------------------------------------------
+    union all by name
+    -- Gu et al.'s sink rate, judged per model (each model's share of sink heads).
+    select 'attn.sink.rate' as id, 'overall' as scope, 'model_range_share' as stat, m, m as c, u,
+        is_sink::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sinks
+    union all by name
+    -- Over the sink heads: how much of token 0's logit advantage every query shares (sink_heads.bias_share).
+    select 'attn.sink.bias' as id, 'overall' as scope, 'mean' as stat, m, m as c, u,
+        case when is_sink then bias_share end as x, g, layer, est as estimand, 0 as x_min, 1 as x_max from sinks
     -- seed 002 --------------------------------------------------------------------------------
     union all by name
     -- The recency term against the logits it claims to explain (table recency).

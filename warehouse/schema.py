@@ -357,6 +357,8 @@ ATTENTION_MASS = Table(
         Column("mass_recent_1024", f64, "The same within 1,024 tokens."),
         Column("captured_share", f64, "Mean total weight on all captured keys of the query's text: the share of its attention the captured keys explain (1 for a capture of every position)."),
         Column("sink_margin", f64, "Mean of logit(t, 0) minus the largest other captured logit of the query (after the scale and any softcap)."),
+        Column("token0_advantage", f64, "Mean of token 0's logit advantage over the head's typical key, A_t = scaling * q_t . (k_0 - mean of the captured keys at other positions), before any softcap: the bias part every query shares."),
+        Column("token0_advantage_sq", f64, "Mean of A_t squared: with token0_advantage, the share mean(A)^2 / mean(A^2) of the advantage that is the same for every query (sink_heads.bias_share)."),
     ),
 )
 

@@ -42,13 +42,15 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from qkdb.errors import QkdbError
+from qkdb.ingest.capture import simulate_sinks
+from qkdb.ingest.capture.simulate_sinks import Sinks
 from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, write_head, write_metadata
 
 PLANTED_FILE = "planted.json"
 PLANTED_FORMAT = "qkdb-planted/1"
 PAIRINGS = ("half", "interleaved")
 DTYPES = ("float32", "float16")
-POSITION_SAMPLING = ("stratified", "iid")
+POSITION_SAMPLING = ("stratified", "iid", "dense")
 
 # Fields of HeadParams that belong to the key head (and its frame) and so are shared by every
 # query head of a GQA group. The key mean on w (``mu_k_w``, default ``-sep/2``) is shared too: the
@@ -223,10 +225,18 @@ def draw_positions(
     the uniform law to O(max_position / n) instead of O(max_position / √n). Independent draws would let
     the Q and K mean positions differ by ~max_position/√n, and that difference times the Q/K offset
     (``sep``) tilts the pooled position covariance away from ``u`` by tens of degrees at a few thousand
-    vectors — a sampling artefact that would hide the planted drift axis.
+    vectors — a sampling artefact that would hide the planted drift axis. ``"dense"`` takes every
+    position of every text, text after text (``n`` must be ``max_position × n_examples``): short texts
+    captured whole, as sink studies need.
     """
     if positions not in POSITION_SAMPLING:
         raise QkdbError(f"positions must be one of {', '.join(POSITION_SAMPLING)}, got {positions!r}")
+    if positions == "dense":
+        if n != max_position * n_examples:
+            raise QkdbError(f"dense positions keep every position of every text: {max_position} × {n_examples} = "
+                            f"{max_position * n_examples} vectors, not {n}")
+        return np.tile(np.arange(max_position, dtype=np.int64), n_examples), \
+            np.repeat(np.arange(n_examples, dtype=np.int64), max_position)
     ex = rng.integers(0, n_examples, size=n, dtype=np.int64)
     if positions == "iid":
         t = rng.integers(0, max_position, size=n, dtype=np.int64)
@@ -742,7 +752,7 @@ def draw_query_params(
 # --------------------------------------------------------------------------- writing a dataset
 
 # Purposes of the independent random streams: (seed, purpose, layer, head).
-_SAMPLE, _KEY_PARAMS, _QUERY_PARAMS, _FRAME, _KEY_VECTORS, _QUERY_VECTORS, _LAYER_SCORES, _GROUP_SCORES = range(8)
+_SAMPLE, _KEY_PARAMS, _QUERY_PARAMS, _FRAME, _KEY_VECTORS, _QUERY_VECTORS, _LAYER_SCORES, _GROUP_SCORES, _SINKS = range(9)
 
 
 def _stream(seed: int, purpose: int, layer: int = 0, head: int = 0) -> np.random.Generator:
@@ -851,6 +861,9 @@ class SimSpec:
         Seeds what the heads of a layer share when ``ranges.layer_likeness`` > 0 (default ``seed``):
         the same ``layer_seed`` with other ``seed`` values gives new heads in the same layers (one model's
         heads drawn again, as a calibration of intervals about that model needs).
+    sinks
+        Attention sinks planted at position 0 and each query's softmax normaliser written as ``lse``
+        (:class:`~qkdb.ingest.capture.simulate_sinks.Sinks`); needs ``positions="dense"``.
 
     Raises
     ------
@@ -877,6 +890,7 @@ class SimSpec:
     ranges: Ranges = dataclasses.field(default_factory=Ranges)
     positions: str = "stratified"
     layer_seed: int | None = None
+    sinks: Sinks | None = None
 
     def __post_init__(self) -> None:
         for name in ("layers", "q_heads", "kv_heads", "head_dim", "vectors", "max_position", "n_examples"):
@@ -887,6 +901,11 @@ class SimSpec:
                                      ("positions", self.positions, POSITION_SAMPLING)):
             if value not in allowed:
                 raise QkdbError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.positions == "dense" and self.vectors != self.max_position * self.n_examples:
+            raise QkdbError(f"positions='dense' keeps every position of every text: vectors must be max_position × "
+                            f"n_examples = {self.max_position * self.n_examples}, got {self.vectors}")
+        if self.sinks is not None and self.positions != "dense":
+            raise QkdbError("planted sinks need positions='dense': a query's normaliser runs over every key of its text")
         if self.rope_theta is not None and self.head_dim % 2:
             raise QkdbError(f"head_dim must be even for RoPE, got {self.head_dim}")
         nope = tuple(sorted({int(x) for x in self.nope_layers}))
@@ -994,6 +1013,8 @@ class SimFile:
     params: HeadParams  # the query head's parameters (for a key file: its group's key side)
     frame: Frame
     vectors: tuple[np.ndarray, np.ndarray, np.ndarray]  # (X, t, example_id)
+    lse: np.ndarray | None = None  # each query's softmax normaliser (planted sinks only)
+    sink: str | None = None  # the query head's sink role (planted sinks only)
 
 
 def generate(spec: SimSpec) -> Iterator[SimFile]:
@@ -1005,8 +1026,23 @@ def generate(spec: SimSpec) -> Iterator[SimFile]:
     yield from _generate(spec, _plan_groups(spec), overrides, override_keys)
 
 
+def _as_stored(X: np.ndarray, dtype: str) -> np.ndarray:
+    """``X`` as its file will hold it (float64 again): a planted normaliser must fit the stored vectors."""
+    return np.asarray(X, dtype=dtype).astype(np.float64)
+
+
+def sink_roles(spec: SimSpec, groups) -> dict[tuple[int, int], str] | None:
+    """Each written query head's planted sink role (``None`` without planted sinks)."""
+    if spec.sinks is None:
+        return None
+    heads = sorted((layer, h) for (layer, _), hs in groups.items() for h in hs)
+    return simulate_sinks.assign_roles(heads, spec.sinks, _stream(spec.seed, _SINKS))
+
+
 def _generate(spec: SimSpec, groups, overrides, override_keys) -> Iterator[SimFile]:
     sampling = dict(max_position=spec.max_position, n_examples=spec.n_examples, positions=spec.positions)
+    roles = sink_roles(spec, groups)
+    gain = simulate_sinks.gain(spec.sinks, spec.head_dim) if spec.sinks else 0.0
     alike = spec.ranges.alike
     for (layer, kv), heads in groups.items():
         theta = spec.layer_theta(layer)
@@ -1019,15 +1055,24 @@ def _generate(spec: SimSpec, groups, overrides, override_keys) -> Iterator[SimFi
         )
         frame = make_frame(key_p, spec.head_dim, rope_theta=theta, pairing=spec.pairing,
                            rng=_stream(spec.seed, _FRAME, layer, kv))
-        yield SimFile("k", layer, kv, kv, key_p, frame, key_vectors(
-            key_p, frame, spec.vectors, rng=_stream(spec.seed, _KEY_VECTORS, layer, kv), **sampling))
+        keys = key_vectors(key_p, frame, spec.vectors, rng=_stream(spec.seed, _KEY_VECTORS, layer, kv), **sampling)
+        if roles is not None:
+            direction = simulate_sinks.sink_direction(frame.u, frame.w, _stream(spec.seed, _SINKS, layer, kv))
+            keys = (_as_stored(simulate_sinks.plant_key(keys[0], keys[1], direction, gain), spec.dtype), *keys[1:])
+        yield SimFile("k", layer, kv, kv, key_p, frame, keys)
         for h in heads:
             p = overrides.get((layer, h)) or draw_query_params(
                 _stream(spec.seed, _QUERY_PARAMS, layer, h), key_p, ranges=spec.ranges,
                 layer_scores=layer_scores, group_scores=group_scores,
             )
-            yield SimFile("q", layer, h, kv, p, frame, query_vectors(
-                p, frame, spec.vectors, rng=_stream(spec.seed, _QUERY_VECTORS, layer, h), **sampling))
+            queries = query_vectors(p, frame, spec.vectors, rng=_stream(spec.seed, _QUERY_VECTORS, layer, h), **sampling)
+            if roles is None:
+                yield SimFile("q", layer, h, kv, p, frame, queries)
+                continue
+            Q = _as_stored(simulate_sinks.plant_queries(queries[0], roles[(layer, h)], direction, gain,
+                                                        _stream(spec.seed, _SINKS, layer, h)), spec.dtype)
+            lse = simulate_sinks.causal_lse(Q, queries[1], queries[2], *keys, scaling=spec.head_dim ** -0.5)
+            yield SimFile("q", layer, h, kv, p, frame, (Q, *queries[1:]), lse=lse, sink=roles[(layer, h)])
 
 
 def _write_groups(out, spec: SimSpec, groups, overrides, override_keys, workers, progress) -> tuple[dict, dict]:
@@ -1052,7 +1097,7 @@ def _write_groups(out, spec: SimSpec, groups, overrides, override_keys, workers,
             x, t, ex = f.vectors
             pending.append(pool.submit(
                 write_head, out, f.layer, f.head, f.kind, x, t, example_id=ex, bucket=position_buckets(t),
-                dtype=spec.dtype,
+                dtype=spec.dtype, lse=f.lse,
             ))
             if f.kind == "k":
                 key_records[f"l{f.layer:02d}h{f.kv_head:02d}"] = {
@@ -1062,6 +1107,8 @@ def _write_groups(out, spec: SimSpec, groups, overrides, override_keys, workers,
             else:
                 records[f"l{f.layer:02d}h{f.head:02d}"] = _head_record(
                     f.layer, f.head, f.kv_head, f.params, f.frame, spec.max_position)
+                if f.sink is not None:
+                    records[f"l{f.layer:02d}h{f.head:02d}"]["sink"] = f.sink
             settle(2 * max(1, workers))
         settle(0)
     return records, key_records
@@ -1080,6 +1127,12 @@ def _write_description(out: Path, spec: SimSpec, records: dict, key_records: dic
         "drift_center": (spec.max_position - 1) / 2.0,
         "planted": PLANTED_FILE,
     }
+    if spec.sinks is not None:
+        # (what qkdb sniff records: the logits are the stored vectors' scaling · q·k, causal, no softcap)
+        capture["normaliser"] = {
+            "column": "lse", "logits_from_stored_vectors": True, "how": "planted: causal log-sum-exp over the text",
+            "layers": [{"layer": l, "scaling": spec.head_dim ** -0.5, "softcap": None} for l in range(spec.layers)],
+        }
     facts = {
         "model": spec.model,
         "family": spec.family,
@@ -1095,6 +1148,7 @@ def _write_description(out: Path, spec: SimSpec, records: dict, key_records: dic
         "nope_layers": list(spec.nope_layers),
         **{k: v for k, v in capture.items() if k != "planted"},
         "ranges": dataclasses.asdict(spec.ranges),
+        "sinks": dataclasses.asdict(spec.sinks) if spec.sinks else None,
         "layer_seed": spec.layer_seed,
         "overridden_heads": sorted(f"l{l:02d}h{h:02d}" for l, h in spec.overrides),
     }

@@ -9,7 +9,7 @@ import pytest
 import qkdb
 from qkdb.ingest.capture.simulate import simulate
 
-from helpers.chart_warehouse import build_chart_warehouse
+from helpers.chart_warehouse import build_chart_warehouse, build_sink_warehouse
 
 _CACHE: dict[str, Path] = {}
 
@@ -30,6 +30,21 @@ def con(chart_home):
 
 
 @pytest.fixture(scope="session")
+def sink_home(tmp_path_factory) -> Path:
+    """A toy series of short texts captured whole, with planted attention sinks (the sinks' figures)."""
+    if "sinks" not in _CACHE:
+        _CACHE["sinks"] = build_sink_warehouse(tmp_path_factory.mktemp("charts-sinks"))
+    return _CACHE["sinks"]
+
+
+@pytest.fixture(scope="module")
+def sink_con(sink_home):
+    c = qkdb.api.connect(sink_home, read_only=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
 def bare_home(tmp_path_factory) -> Path:
     """One standalone model and nothing else: no series."""
     if "bare" not in _CACHE:
@@ -39,8 +54,6 @@ def bare_home(tmp_path_factory) -> Path:
         qkdb.api.ingest(ds, "solo", family="Solo", gqa_ratio=2, n_layers=3, workers=1, home=root / "home")
         _CACHE["bare"] = root / "home"
     return _CACHE["bare"]
-
-
 
 
 @pytest.fixture(scope="session")

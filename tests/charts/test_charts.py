@@ -19,12 +19,14 @@ import pytest
 
 import qkdb
 from qkdb.charts import registry, render, style
+from qkdb.charts.caption import text_of
 from qkdb.charts.api import chart
 from qkdb.charts.data import ROW_LIMIT, parse_head
 from qkdb.cli.app import app
 from qkdb.errors import EXIT_CODES, ChartError
+from qkdb.ingest.capture.simulate import read_planted
 
-from helpers.chart_warehouse import HEAD_DIM, LAYERS, SERIES, STANDALONE, VECTORS  # noqa: F401
+from helpers.chart_warehouse import HEAD_DIM, LAYERS, SERIES, SINK_SERIES, STANDALONE, VECTORS  # noqa: F401
 from helpers.specs import nodes
 
 # SPEC §7, in its order.
@@ -35,7 +37,7 @@ SPEC_NAMES = [
     "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
     "series-trajectory", "series-bias-decomposition",
     "plasticity-profile", "plasticity-heatmap", "plasticity-by-taxonomy", "recency-check", "series-plasticity",
-    "plasticity-vs-benchmark", "plasticity-retention",
+    "plasticity-vs-benchmark", "plasticity-retention", "sink-map", "sink-series",
 ]
 
 @pytest.fixture(scope="session")
@@ -46,8 +48,21 @@ def con(chart_home):
 
 
 @pytest.fixture(scope="session")
-def specs(con) -> dict[str, dict]:
-    return {name: chart(name, con).to_dict(validate=True) for name in registry.FIGURES}
+def sinks_con(sink_home):
+    c = qkdb.api.connect(sink_home, read_only=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def con_of(con, sinks_con):
+    """The warehouse a figure is drawn from: the attention figures have their own (planted sinks)."""
+    return lambda name: sinks_con if registry.FIGURES[name].group == "attention" else con
+
+
+@pytest.fixture(scope="session")
+def specs(con_of) -> dict[str, dict]:
+    return {name: chart(name, con_of(name)).to_dict(validate=True) for name in registry.FIGURES}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -144,8 +159,8 @@ def test_unknown_figure_suggests_close_names(con):
 
 
 @pytest.mark.parametrize("name", SPEC_NAMES)
-def test_spec_round_trips(name, con, specs):
-    built = chart(name, con)
+def test_spec_round_trips(name, con_of, specs):
+    built = chart(name, con_of(name))
     spec = specs[name]
     assert built.to_dict() == spec  # the same warehouse gives the same spec, byte for byte
     assert json.loads(built.to_json()) == spec
@@ -334,6 +349,14 @@ GOLDEN["plasticity-retention"] = {"layer": [
     {"mark": m, "encoding": [*enc, "x=ap_retention:quantitative", "y=score_retention:quantitative"]}
     for m, enc in (("circle", ["color=family:nominal"]), ("point", ["color=family:nominal"]), ("text", ["text=model:nominal"]))]}
 GOLDEN["ab-plane-collage"] = GOLDEN["pca-collage"]
+# A heatmap per model, the sink heads outlined; the sink rate and the weight on token 0 over the phases.
+GOLDEN["sink-map"] = {"facet": {"facet": "model"}, "spec": {"layer": [
+    {"mark": "rect", "encoding": ["color=mass_token0:quantitative", "x=head:ordinal", "y=layer:ordinal"]},
+    {"mark": "rect", "encoding": ["x=head:ordinal", "y=layer:ordinal"]}]}}
+GOLDEN["sink-series"] = {"layer": [
+    {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
+    {"mark": "line", "encoding": ["color=what:nominal", "x=checkpoint:nominal", "y=value:quantitative"]},
+    {"mark": "text", "encoding": ["text=phase:nominal", "x=checkpoint:nominal", "y=value"]}]}
 GOLDEN["series-depth-heatmap-rq"] = GOLDEN["series-depth-heatmap-rk"]
 
 
@@ -609,6 +632,33 @@ def test_series_bias_decomposition_reports_the_long_context_change(con, specs):
     assert pct < -50  # planted: alpha_k collapses in long-context training
     panels = {r["panel"] for r in only_rows(spec)}
     assert f"bias strength ×10³ = product|{pct:+.0f}% vs stage1 2.4M".replace("-", "−") in panels
+
+
+def test_sink_map_outlines_the_planted_sink_heads(sink_home, specs):
+    last = SINK_SERIES[-1][0]
+    planted = read_planted(sink_home.parent / last)["heads"]
+    drawn = {(r["layer"], r["head"]): r for r in only_rows(specs["sink-map"]) if r["model"] == last}
+    assert {k: bool(r["is_sink"]) for k, r in drawn.items()} == {
+        (v["layer"], v["head"]): v["sink"] != "none" for v in planted.values()}
+    assert {r["model"] for r in only_rows(specs["sink-map"])} == {last}  # the pooled checkpoint
+    assert "Sink rate (share of sink heads): toy-sinks-step-2000 75.0% of 12." in text_of(specs["sink-map"])
+
+
+def test_sink_series_reads_the_planted_fractions_and_is_the_default_series_with_attention_mass(specs):
+    rows = next(v for v in datasets(specs["sink-series"]).values() if "what" in v[0])
+    rate = {r["model"]: r["value"] for r in rows if r["what"].startswith("sink rate")}
+    assert rate == {name: pytest.approx(fraction) for name, fraction in SINK_SERIES}
+    weight = {r["model"]: r["value"] for r in rows if r["what"].startswith("mean weight")}
+    assert weight[SINK_SERIES[0][0]] < weight[SINK_SERIES[1][0]]
+
+
+def test_sink_figures_without_a_normaliser_say_what_to_capture(con):
+    with pytest.raises(ChartError, match=r"no attention mass for sim-a-1b: .*qkdb sniff"):
+        chart("sink-map", con, models="sim-a-1b")
+    with pytest.raises(ChartError, match=r"no checkpoint of series 'smollm3-3b' has attention mass"):
+        chart("sink-series", con, series="smollm3-3b")
+    with pytest.raises(ChartError, match=r"no checkpoint of a training series has attention mass"):
+        chart("sink-series", con)
 
 
 def test_models_option_restricts_and_facets(con):

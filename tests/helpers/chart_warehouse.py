@@ -6,6 +6,8 @@ from pathlib import Path
 
 import qkdb
 from qkdb.ingest.capture.simulate import Ranges, simulate
+from qkdb.ingest.capture.simulate_sinks import Sinks
+from qkdb.ingest.sources.layout import read_metadata, write_metadata
 
 STANDALONE = (("sim-a-1b", "FamA", 1, Ranges()), ("sim-b-2b", "FamB", 2, Ranges(alpha_k=(0.5e-3, 2e-3), slope_ratio=1.0)))
 SERIES = (
@@ -16,6 +18,12 @@ SERIES = (
 LAYERS, HEAD_DIM, VECTORS = 5, 32, 400  # 400: 40 queries per decile, enough for plasticity (32)
 
 POOLED_MODELS = [STANDALONE[0][0], STANDALONE[1][0], SERIES[-1][0]]  # standalone + latest checkpoint
+
+# The sinks' warehouse (a warehouse of its own: its short texts would change every cross-model figure
+# above): two checkpoints of a toy series, every position of 8 texts of 64 tokens captured with each
+# query's normaliser, the share of planted sink heads rising in training.
+SINK_SERIES = (("toy-sinks-step-1000", 0.25), ("toy-sinks-step-2000", 0.75))
+SINK_TEXT, SINK_TEXTS = 64, 8
 
 def build_chart_warehouse(root: Path) -> Path:
     """Simulate and ingest the models above into ``root/home``."""
@@ -41,4 +49,17 @@ def build_chart_warehouse(root: Path) -> Path:
         f"{model},toybench,{bench},{kind}\n"
         for model, bench, kind in zip(POOLED_MODELS, ("Toy-A", "Toy-B", "Toy-C"), ("exact", "base_vs_instruct", "other"))))
     qkdb.api.import_benchmarks([scores, mapping], home)
+    return home
+
+
+def build_sink_warehouse(root: Path) -> Path:
+    """Simulate and ingest :data:`SINK_SERIES` into ``root/home`` (planted sinks, dense short texts)."""
+    home = root / "home"
+    for i, (name, fraction) in enumerate(SINK_SERIES, start=1):
+        ds = simulate(root / name, layers=3, q_heads=4, kv_heads=2, head_dim=HEAD_DIM, max_position=SINK_TEXT,
+                      n_examples=SINK_TEXTS, vectors=SINK_TEXT * SINK_TEXTS, positions="dense", model=name,
+                      family="ToySinks", seed=20 + i, workers=1, sinks=Sinks(fraction=fraction))
+        write_metadata(ds, {**read_metadata(ds), "series": "toy-sinks", "series_order": i, "phase": "stage1",
+                            "step": 1000 * i})
+        qkdb.api.ingest(ds, name, workers=1, home=home, plasticity=False)
     return home
