@@ -9,9 +9,9 @@ roles, seeded:
     every query gains ``g · s``: token 0's logit rises by ``logit`` for every query alike — the
     mass on token 0 comes from a part every query shares (``bias_share`` near 1);
 ``content``
-    every query gains ``± g · s``, the sign drawn per query: half the queries put most of their
-    weight on token 0 and half almost none — a sink head whose advantage averages out
-    (``bias_share`` near 0);
+    every query gains ``± 2g · s``, the sign drawn per query: half the queries raise token 0's logit
+    by ``2 · logit`` and put nearly all their weight on it, half lower it as much and put almost
+    none — a sink head (mean weight near 0.5) whose advantage averages out (``bias_share`` near 0);
 ``none``
     the queries' component along ``s`` is removed: token 0 is an ordinary key.
 
@@ -50,7 +50,7 @@ class Sinks:
 
     fraction: float = 0.5
     content_fraction: float = 0.0
-    logit: float = 12.0
+    logit: float = 20.0
 
     def __post_init__(self) -> None:
         for name in ("fraction", "content_fraction"):
@@ -99,7 +99,8 @@ def plant_queries(Q: np.ndarray, role: str, s: np.ndarray, g: float, rng: np.ran
         raise QkdbError(f"unknown sink role {role!r}; expected one of {', '.join(ROLES)}")
     if role == "none":
         return Q - np.outer(Q @ s, s)
-    sign = np.ones(len(Q)) if role == "bias" else rng.choice([-1.0, 1.0], size=len(Q))
+    # (a content sink's queries push twice as hard: half of them must carry the head's mean over epsilon)
+    sign = np.ones(len(Q)) if role == "bias" else rng.choice([-2.0, 2.0], size=len(Q))
     return Q + np.outer(sign * g, s)
 
 

@@ -17,7 +17,7 @@ from qkdb.errors import QkdbError
 
 # The simulator's defaults (ingest/capture/simulate.py: Ranges), written here so that `qkdb --help`
 # need not load the simulator (numpy); tests/cli/test_cli.py keeps them equal.
-SLOPE_RATIO, NEGATIVE_FRACTION = 1.8, 0.013
+SLOPE_RATIO, NEGATIVE_FRACTION, SINK_LOGIT = 1.8, 0.013, 20.0
 
 
 class Pairing(str, Enum):
@@ -86,6 +86,26 @@ def simulate_command(
             "--negative-fraction", min=0.0, max=1.0, help="Share of query heads with negative mu_q_a (primacy bias)."
         ),
     ] = NEGATIVE_FRACTION,
+    dense: Annotated[
+        bool,
+        typer.Option("--dense", help="Every position of every text (--examples texts of --max-position tokens): "
+                     "--vectors becomes their number. Short texts captured whole, as sink studies need."),
+    ] = False,
+    sinks: Annotated[
+        Optional[float],
+        typer.Option("--sinks", min=0.0, max=1.0, show_default=False,
+                     help="Plant an attention sink at position 0 in this share of the query heads and write each "
+                     "query's softmax normaliser (lse); implies --dense (docs/attention.md)."),
+    ] = None,
+    content_sinks: Annotated[
+        float,
+        typer.Option("--content-sinks", min=0.0, max=1.0,
+                     help="Of the sink heads, the share whose sink is content-driven (half the queries favour "
+                     "token 0, half avoid it) rather than a bias every query shares."),
+    ] = 0.0,
+    sink_logit: Annotated[
+        float, typer.Option("--sink-logit", min=0.0, help="The logit advantage a sink gives token 0.")
+    ] = SINK_LOGIT,
     force: Annotated[
         bool,
         typer.Option(
@@ -104,15 +124,20 @@ def simulate_command(
         raise QkdbError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise QkdbError(f"{out}: directory is not empty; pass --force to write into it")
-    from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges, SimSpec
+    from qkdb.ingest import HEAD_DIR, PLANTED_FILE, Ranges, SimSpec, Sinks
     from qkdb.ingest import simulate as run_simulation
 
     theta = None if no_rope else rope_theta
+    dense = dense or sinks is not None
+    if dense:
+        vectors = max_position * examples
     spec = SimSpec(
         layers=layers, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim, vectors=vectors, rope_theta=theta,
         pairing=pairing.value, sample_q_heads=sample_heads, max_position=max_position, n_examples=examples,
         seed=seed, dtype=dtype.value, model=model, family=family, nope_layers=_parse_layers(nope_layers),
         ranges=Ranges(slope_ratio=slope_ratio, negative_fraction=negative_fraction),
+        positions="dense" if dense else "stratified",
+        sinks=None if sinks is None else Sinks(fraction=sinks, content_fraction=content_sinks, logit=sink_logit),
     )
     started = time.perf_counter()
     with Bars() as bars:
@@ -124,5 +149,6 @@ def simulate_command(
     note(
         f"simulated model {model}: {n_q} query and {len(written) - n_q} key heads "
         f"({layers} layers × {q_heads}/{kv_heads} heads), d={head_dim}, {vectors} vectors per file, {rope}, "
+        f"{', every position' if dense else ''}{f', sinks in {sinks:.0%} of the query heads' if sinks is not None else ''}, "
         f"seed {seed} -> {out} in {time.perf_counter() - started:.1f} s (planted parameters: {out / PLANTED_FILE})"
     )

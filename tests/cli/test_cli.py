@@ -301,9 +301,22 @@ def test_home_option_overrides_environment(runner, dataset, tmp_path):
 
 def test_simulate_help_defaults_are_the_simulators():
     from qkdb.cli import simulate as cli_simulate
-    from qkdb.ingest import Ranges
+    from qkdb.ingest import Ranges, Sinks
 
     assert (cli_simulate.SLOPE_RATIO, cli_simulate.NEGATIVE_FRACTION) == (Ranges.slope_ratio, Ranges.negative_fraction)
+    assert cli_simulate.SINK_LOGIT == Sinks.logit
+
+
+def test_simulate_plants_sinks_that_the_ingest_finds(runner, tmp_path):
+    out, home = tmp_path / "sinks", tmp_path / "home"
+    result = runner.invoke(app, ["simulate", "-o", str(out), "--layers", "2", "--q-heads", "4", "--kv-heads", "2",
+                                 "--head-dim", "16", "--max-position", "32", "--examples", "4", "--sinks", "0.5",
+                                 "--model", "toy-sinks"])
+    assert result.exit_code == 0, result.output
+    assert "every position, sinks in 50% of the query heads" in result.stderr
+    assert runner.invoke(app, ["ingest", "--path", str(out), "--home", str(home), "--no-plasticity"]).exit_code == 0
+    got = runner.invoke(app, ["query", "select n_heads, n_sink_heads, status from sink_rate", "-f", "csv", "--home", str(home)])
+    assert got.stdout.splitlines()[1:] == ['8,4,"measured"']
 
 
 def test_help_and_a_query_load_neither_numpy_nor_pyarrow_and_a_query_no_other_command(tmp_path, dataset):

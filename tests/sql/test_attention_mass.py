@@ -20,7 +20,8 @@ D, T, TEXTS, SCALE = 8, 64, 3, 8 ** -0.5
 
 def _brute(Q, tq, qx, K, tk, kx, scale, softcap=None, window=None):
     """Per query: the full softmax over its text's keys at s <= t (and within the window), by loops."""
-    out = {"token0": [], "tokens0_3": [], "recent_64": [], "captured": [], "sink_margin": []}
+    out = {"token0": [], "tokens0_3": [], "recent_64": [], "captured": [], "sink_margin": [], "advantage": []}
+    typical = np.mean([K[j] for j in range(len(K)) if tk[j] != 0], axis=0)
     for i in range(len(Q)):
         keys = [j for j in range(len(K)) if kx[j] == qx[i] and tk[j] <= tq[i] and (not window or tq[i] - tk[j] < window)]
         in_text = {tk[j] for j in range(len(K)) if kx[j] == qx[i] and tk[j] <= tq[i]}  # captured, seen or not
@@ -37,6 +38,8 @@ def _brute(Q, tq, qx, K, tk, kx, scale, softcap=None, window=None):
         out["captured"].append(w.sum())
         others = [logits[n] for n, p in enumerate(pos) if p != 0]
         out["sink_margin"].append(logits[pos.index(0)] - max(others) if 0 in pos and others else np.nan)
+        zero = [j for j in range(len(K)) if kx[j] == qx[i] and tk[j] == 0]
+        out["advantage"].append(scale * float(Q[i] @ (K[zero[0]] - typical)) if zero else np.nan)
     return {k: np.array(v) for k, v in out.items()}
 
 
@@ -121,7 +124,8 @@ def test_the_table_is_the_brute_force_masses_per_bin(planted):
     con = api.connect(home, read_only=True)
     try:
         rows = con.execute("select layer, head, q_lo, q_hi, n_queries, n_token0, mass_token0, mass_tokens0_3, "
-                           "mass_recent_64, captured_share, sink_margin from attention_mass "
+                           "mass_recent_64, captured_share, sink_margin, token0_advantage, token0_advantage_sq "
+                           "from attention_mass "
                            "where model = 'planted-sinks' order by all").fetchall()
         other = con.execute("select count(*) from attention_mass where model = 'planted-no-lse'").fetchone()[0]
     finally:
@@ -129,7 +133,7 @@ def test_the_table_is_the_brute_force_masses_per_bin(planted):
     assert other == 0
     tq = np.tile(np.arange(T), TEXTS)
     assert {(r[0], r[1]) for r in rows} == set(truth) and len(rows) == 4 * 3  # bins [0,4) [4,16) [16,64) of each head
-    for layer, head, lo, hi, n, n0, m0, m03, r64, cap, margin in rows:
+    for layer, head, lo, hi, n, n0, m0, m03, r64, cap, margin, adv, adv_sq in rows:
         assert (lo, hi) in set(zip(BIN_EDGES[:-1], BIN_EDGES[1:]))
         sel = (tq >= lo) & (tq < hi)
         want = truth[(layer, head)]
@@ -139,6 +143,8 @@ def test_the_table_is_the_brute_force_masses_per_bin(planted):
         assert r64 == pytest.approx(want["recent_64"][sel].mean(), abs=1e-12)
         assert cap == pytest.approx(1.0, abs=1e-12)
         assert margin == pytest.approx(np.nanmean(want["sink_margin"][sel]), abs=1e-9)  # (t = 0: no other key)
+        assert adv == pytest.approx(want["advantage"][sel].mean(), abs=1e-9)
+        assert adv_sq == pytest.approx((want["advantage"][sel] ** 2).mean(), rel=1e-12)
 
 
 def test_the_sink_rate_counts_the_planted_sinks(planted):
