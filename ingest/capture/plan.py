@@ -4,8 +4,10 @@ A :class:`CapturePlan` holds, for every head file ``(layer, head, kind)`` and ev
 positions the file keeps from that text (and their buckets). It is made either
 
 * by drawing (:meth:`CapturePlan.drawn`): each file keeps ``min(share, length)`` positions of each
-  text (its share of ``vectors_per_head``, or all positions of a shorter text), drawn by
-  :mod:`qkdb.ingest.capture.sampling`'s seeded policy, so every file keeps the same count; or
+  text (its share of ``vectors_per_head``, or all positions of a shorter text): its first
+  ``keep_first`` positions (token 0 and the other sink candidates, so that every query's weight on
+  them is measurable), then the rest drawn by :mod:`qkdb.ingest.capture.sampling`'s seeded policy
+  over the positions after them, so every file keeps the same count; or
 * from another capture's rows (:meth:`CapturePlan.given`, ``qkdb sniff --like``): exactly the
   (text, position) pairs that capture stored, file by file, whatever their counts.
 
@@ -61,8 +63,9 @@ class CapturePlan:
 
     @classmethod
     def drawn(cls, files, lengths, *, vectors_per_head: int, seed: int, policy: str, min_bucket_size: int,
-              example_ids=None) -> CapturePlan:
-        """Each file keeps ``min(share, length)`` seeded positions of each text (module doc)."""
+              example_ids=None, keep_first: int = 0) -> CapturePlan:
+        """Each file keeps ``min(share, length)`` positions of each text: the first ``keep_first``, then
+        seeded draws over the positions after them (module doc)."""
         lengths = np.asarray(lengths, np.int64)
         share = sampling.split_evenly(vectors_per_head, len(lengths))
         per_text = np.minimum(share, lengths)
@@ -72,9 +75,14 @@ class CapturePlan:
             pos, bucket = [], []
             for e, length in enumerate(lengths):
                 rng = sampling.position_rng(seed, e, *f)
-                pick = sampling.sample_positions(int(length), int(per_text[e]), rng, policy, min_bucket_size)
-                pos.append(pick.positions)
-                bucket.append(pick.buckets)
+                first = min(int(keep_first), int(per_text[e]))
+                pick = sampling.sample_positions(int(length) - first, int(per_text[e]) - first, rng, policy,
+                                                 min_bucket_size)
+                p = np.concatenate([np.arange(first, dtype=np.int64), pick.positions + first])
+                pos.append(p)
+                # (the buckets of the positions themselves, as the policy labels them)
+                bucket.append(sampling.log2_bucket(p, min_bucket_size) if policy == "log-uniform"
+                              else p // min_bucket_size)
             positions[f] = np.concatenate(pos).astype(np.int64) if pos else np.zeros(0, np.int64)
             buckets[f] = np.concatenate(bucket).astype(np.int32) if bucket else np.zeros(0, np.int32)
         ids = np.arange(len(lengths)) if example_ids is None else example_ids

@@ -101,6 +101,8 @@ class SniffOptions:
     pack: bool = True
     q_heads: int | None = 300
     vectors_per_head: int = 4096
+    dense: bool = False  # every position of every text (vectors_per_head is then texts × longest)
+    keep_first: int = 4  # positions 0..keep_first-1 of every text in every head file (sink candidates)
     positions: str = "log-uniform"
     min_bucket_size: int = 128
     seed: int = 0
@@ -163,6 +165,8 @@ class SniffOptions:
                 raise SniffError(f"--{name.replace('_', '-')} must be positive")
         if self.q_heads is not None and self.q_heads < 1:
             raise SniffError("--q-heads must be positive")
+        if self.keep_first < 0:
+            raise SniffError("--keep-first must be 0 or more")
         if self.n_texts is not None and self.n_texts < 1:
             raise SniffError("--texts must be positive")
         if self.check_rows is not None and self.check_rows < 1:
@@ -220,19 +224,22 @@ class SniffOptions:
     def from_record(cls, out: Path, record: dict, **given) -> SniffOptions:
         """The options a partial capture recorded, with ``given`` ones on top (``--resume``)."""
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in record.items() if k in known}
+        # (an option the record lacks did not exist when it was made: read it as that capture did)
+        values = {**RECORDED_BEFORE, **{k: v for k, v in record.items() if k in known}} if record else {}
         values.update(given)
         return cls(out=Path(out), **values)
 
 
+# what a recorded capture made before these options existed did
+RECORDED_BEFORE = {"keep_first": 0, "dense": False, "normaliser": False}
 # fields that do not change what a capture holds
 NOT_IDENTITY = ("out", "force", "threads", "resume", "deferred", "hub_endpoint", "hub_cache")
 # field -> how the command line names it
 FLAGS = {
     "model_path": "--model-path", "gguf": "--gguf", "text": "--text", "text_field": "--text-field",
     "n_texts": "--texts", "max_length": "--max-length", "pack": "--pack (not --no-pack)", "q_heads": "--q-heads",
-    "vectors_per_head": "--vectors-per-head", "positions": "--positions", "min_bucket_size": "--min-bucket-size",
-    "seed": "--seed", "pre_rope": "--pre-rope", "keep_position_scaling": "--keep-position-scaling",
+    "vectors_per_head": "--vectors-per-head", "dense": "--dense", "keep_first": "--keep-first",
+    "positions": "--positions", "min_bucket_size": "--min-bucket-size", "seed": "--seed", "pre_rope": "--pre-rope", "keep_position_scaling": "--keep-position-scaling",
     "unchecked": "--unchecked", "dtype": "--dtype", "token_strings": "--tokens", "normaliser": "--lse (not --no-lse)", "model_name": "--model",
     "family": "--family", "hf_model": "--hf-model", "model_revision": "--revision", "device": "--device",
     "model_dtype": "--model-dtype", "device_map": "--device-map", "attn": "--attn", "check_rows": "--check-rows",
@@ -287,6 +294,11 @@ class Prepared:
 
 def _is_capture_entry(p: Path) -> bool:
     return (p.is_dir() and HEAD_DIR.match(p.name) is not None) or p.name == METADATA_FILE
+
+
+def per_head_asked(options: SniffOptions, lengths) -> int:
+    """Rows asked of each head file: ``vectors_per_head``, or with ``dense`` every position of every text."""
+    return len(lengths) * max(lengths, default=1) if options.dense else options.vectors_per_head
 
 
 def resume_options(out: Path, **given) -> SniffOptions:
@@ -372,9 +384,10 @@ def prepare(options: SniffOptions, plan_only: bool = False) -> Prepared:
         q_heads = sampling.sample_query_heads(facts.n_layers, facts.n_q_heads, options.q_heads, options.seed)
         k_heads = sampling.key_heads_for(q_heads, facts.n_q_heads, facts.n_kv_heads)
         files = [(l, h, "q") for l, h in q_heads] + [(l, h, "k") for l, h in k_heads]
-        plan = CapturePlan.drawn(files, [len(w) for w in windows], vectors_per_head=options.vectors_per_head,
+        lengths = [len(w) for w in windows]
+        plan = CapturePlan.drawn(files, lengths, vectors_per_head=per_head_asked(options, lengths),
                                  seed=options.seed, policy=options.positions, min_bucket_size=options.min_bucket_size,
-                                 example_ids=example_ids)
+                                 example_ids=example_ids, keep_first=options.keep_first)
         notes, error = plan.shortfall(IngestOptions().min_vectors)
         if error:
             raise SniffError(f"{source}: {error}")
@@ -727,8 +740,9 @@ def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, reco
     weights.update(weights_of(ref))
     hf_model, revision = origin(ref, options.hf_model)
     top = rope.top
-    positions = ({"policy": options.positions, "min_bucket_size": options.min_bucket_size,
-                  "vectors_per_head": options.vectors_per_head} if prep.like is None else
+    positions = ({"policy": "dense" if options.dense else options.positions,
+                  "min_bucket_size": options.min_bucket_size, "keep_first": options.keep_first,
+                  "vectors_per_head": plan.asked} if prep.like is None else
                  {"policy": "like", "like": str(Path(options.like).resolve())})
     kept = plan.kept_per_file
     positions["kept_per_head"] = int(kept[0]) if len(kept) and np.all(kept == kept[0]) else [int(k) for k in kept]

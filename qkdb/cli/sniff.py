@@ -36,7 +36,7 @@ class Attn(str, Enum):
 FIELDS = {
     "model_path": "model_path", "gguf": "gguf", "text": "text", "text_field": "text_field", "texts": "n_texts",
     "max_length": "max_length", "no_pack": "pack", "q_heads": "q_heads", "vectors_per_head": "vectors_per_head",
-    "positions": "positions", "min_bucket_size": "min_bucket_size", "seed": "seed", "pre_rope": "pre_rope",
+    "dense": "dense", "keep_first": "keep_first", "positions": "positions", "min_bucket_size": "min_bucket_size", "seed": "seed", "pre_rope": "pre_rope",
     "keep_position_scaling": "keep_position_scaling", "unchecked": "unchecked", "dtype": "dtype",
     "tokens": "token_strings", "no_lse": "normaliser", "model": "model_name", "family": "family", "hf_model": "hf_model",
     "model_revision": "model_revision", "device": "device", "model_dtype": "model_dtype", "device_map": "device_map",
@@ -45,7 +45,8 @@ FIELDS = {
     "min_tokens": "min_tokens", "like": "like", "threads": "threads", "force": "force",
 }
 # what --like takes from the capture it matches: giving them too is a contradiction
-LIKE_TAKES = ("text", "text_field", "texts", "max_length", "no_pack", "q_heads", "vectors_per_head", "positions",
+LIKE_TAKES = ("text", "text_field", "texts", "max_length", "no_pack", "q_heads", "vectors_per_head", "dense",
+              "keep_first", "positions",
               "min_bucket_size", "dataset", "config", "split", "dataset_revision", "id_column", "min_tokens")
 
 
@@ -88,6 +89,8 @@ def sniff_command(
     no_pack: Annotated[bool, typer.Option("--no-pack", help="One text per document (truncated) instead of packing documents into full windows (always so with --dataset).")] = False,
     q_heads: Annotated[int, typer.Option("--q-heads", min=1, help="Seeded sample of query heads across layers (all when the model has fewer).")] = 300,
     vectors_per_head: Annotated[int, typer.Option("--vectors-per-head", min=1, help="Vectors kept per head file, spread evenly over the texts.")] = 4096,
+    dense: Annotated[bool, typer.Option("--dense", help="Keep every position of every text (short texts, for sink studies; docs/attention.md): --vectors-per-head becomes texts × --max-length.")] = False,
+    keep_first: Annotated[int, typer.Option("--keep-first", min=0, help="Always keep positions 0..N-1 of every text in every head file (token 0 and the other sink candidates), the rest drawn by --positions; 0: draw them all.")] = 4,
     positions: Annotated[Positions, typer.Option("--positions", help="Position sampling: equal draws per doubling bucket (log-uniform) or uniform.")] = Positions.log_uniform,
     min_bucket_size: Annotated[int, typer.Option("--min-bucket-size", min=1, help="Width of the first position bucket [0, m).")] = 128,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the head and position samples and of the check's rows.")] = 0,
@@ -145,7 +148,7 @@ def sniff_command(
     values = {
         "model_path": model_path, "gguf": gguf, "text": text, "text_field": text_field, "n_texts": texts,
         "max_length": max_length, "pack": not no_pack and dataset is None, "q_heads": q_heads,
-        "vectors_per_head": vectors_per_head, "positions": positions.value, "min_bucket_size": min_bucket_size,
+        "vectors_per_head": vectors_per_head, "dense": dense, "keep_first": keep_first, "positions": positions.value, "min_bucket_size": min_bucket_size,
         "seed": seed, "pre_rope": pre_rope, "keep_position_scaling": keep_position_scaling, "unchecked": unchecked,
         "dtype": dtype.value, "token_strings": tokens, "normaliser": not no_lse, "model_name": model, "family": family, "hf_model": hf_model,
         "model_revision": model_revision if model_revision is not None else (revisions[0] if len(revisions) == 1

@@ -93,11 +93,13 @@ def test_heads_and_positions_follow_the_seed(captured):
             t = pq.read_table(hf.path).to_pydict()
             ex, pos, bucket = map(np.asarray, (t["example_id"], t["position"], t["bucket"]))
             for e in range(3):
+                # positions 0-3 of every text (--keep-first 4), then the seeded draws over positions 4-95
                 s = sampling.sample_positions(
-                    96, per_text[e], sampling.position_rng(11, e, layer, head, kind), "log-uniform", 16
+                    96 - 4, per_text[e] - 4, sampling.position_rng(11, e, layer, head, kind), "log-uniform", 16
                 )
-                np.testing.assert_array_equal(pos[ex == e], s.positions)
-                np.testing.assert_array_equal(bucket[ex == e], s.buckets)
+                want = np.concatenate([np.arange(4), s.positions + 4])
+                np.testing.assert_array_equal(pos[ex == e], want)
+                np.testing.assert_array_equal(bucket[ex == e], sampling.log2_bucket(want, 16))
             assert t["sliding_window"] == [None] * len(ex)
 
 
@@ -113,7 +115,7 @@ def test_metadata_records_the_model_and_capture(captured):
     assert meta["nope_layers"] == [] and meta["source"] == "sniff"
     cap = meta["capture"]
     assert cap["seed"] == 11 and cap["max_length"] == 96 and cap["pre_rope"] is False
-    assert cap["positions"] == {"policy": "log-uniform", "min_bucket_size": 16, "vectors_per_head": 60,
+    assert cap["positions"] == {"policy": "log-uniform", "min_bucket_size": 16, "keep_first": 4, "vectors_per_head": 60,
                                 "kept_per_head": 60}
     assert cap["check"]["checked_layers"] == sorted({l for l, _ in sampling.sample_query_heads(N_LAYERS, N_Q, 5, 11)})
     assert cap["texts"]["n_texts"] == 3 and cap["q_heads"] == 5 and cap["qkdb_version"]

@@ -131,3 +131,51 @@ def test_no_lse_leaves_the_normaliser_out(model_of, family_corpus, tmp_path, run
     assert res.exit_code == 0, res.output
     assert "normaliser" not in read_metadata(out)["capture"]
     assert all("lse" not in pq.read_schema(hf.path).names for hf in discover(out).queries.values())
+
+
+def test_a_sampled_capture_keeps_tokens_0_to_3_so_every_querys_sink_weight_is_the_models(model_of, family_corpus,
+                                                                                         tmp_path):
+    """Not every position: 12 rows per head file and text, the first 4 always kept (--keep-first 4), so each
+    sampled query's weight on token 0 is measured — and is the model's own."""
+    from qkdb import api
+
+    folder = model_of("llama")
+    out = tmp_path / "out"
+    tm.sniff_family(folder, family_corpus, out, n_texts=N_TEXTS, max_length=MAX_LENGTH, vectors_per_head=24,
+                    min_bucket_size=8)
+    found = discover(out)
+    for hf in [*found.queries.values(), *found.keys.values()]:
+        data = read_head(hf.path)
+        for e in range(N_TEXTS):
+            pos = data.positions[data.example_id == e]
+            assert len(pos) == 12 and set(range(4)) <= set(pos.tolist())
+    api.ingest(out, home=tmp_path / "home", workers=1, plasticity=False)
+    probs = _eager_probabilities(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH))
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        rows = con.execute("select layer, head, q_lo, n_queries, n_token0, mass_token0, captured_share "
+                           "from attention_mass").fetchall()
+    finally:
+        con.close()
+    for layer, head, lo, n, n0, m0, cap in rows:
+        q = read_head(found.queries[(layer, head)].path)
+        sel = (q.positions >= lo) & (q.positions < {0: 4, 4: 16, 16: 64}[lo])
+        eager = [probs[int(e)][layer][head][int(t), 0] for e, t in zip(q.example_id[sel], q.positions[sel])]
+        assert n == n0 == len(eager)  # every query saw token 0's key
+        assert m0 == pytest.approx(np.mean(eager), abs=1e-5), (layer, head, lo)
+        assert cap <= 1 + 1e-5  # (float32 vectors)
+
+
+def test_dense_keeps_every_position_of_every_text(model_of, family_corpus, tmp_path, runner):
+    from qkdb.cli.app import app
+    import qkdb.cli.sniff  # noqa: F401
+
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["sniff", "--model-path", str(model_of("llama")), "--text", str(family_corpus),
+                              "--texts", "2", "--max-length", "24", "--dense", "--q-heads", "2", "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    positions = read_metadata(out)["capture"]["positions"]
+    assert positions["policy"] == "dense" and positions["kept_per_head"] == 2 * 24
+    for hf in [*discover(out).queries.values(), *discover(out).keys.values()]:
+        data = read_head(hf.path)
+        assert sorted(zip(data.example_id.tolist(), data.positions.tolist())) == [(e, t) for e in range(2) for t in range(24)]
