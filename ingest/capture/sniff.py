@@ -673,7 +673,7 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
     max_position = int(max(p.max() for p in positions)) if positions else None
     metadata = _metadata(prep, facts, check, rope, max_position, recorder, model)
     if with_lse:
-        metadata["capture"]["normaliser"] = normaliser_record(recorder)
+        metadata["capture"]["normaliser"] = normaliser_record(recorder, max_position)
     write_metadata(build, metadata)
     partial.publish(build, replace=replace_out)
     return metadata

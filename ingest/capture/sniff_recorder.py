@@ -377,7 +377,8 @@ class Recorder:
         self._lse_pieces = []
         self._materials = []
         self._buffer = None
-        self._lse = np.full(self.plan.text_rows(text), np.nan)
+        # (no array at all without a normaliser: --no-lse costs nothing per text)
+        self._lse = np.full(self.plan.text_rows(text), np.nan) if self.normalise else None
         if not self.deferred:
             rows = self.plan.text_rows(text)
             need = max((self.plan.text_rows(e) for e in range(self.plan.n_texts)), default=0)
@@ -886,9 +887,16 @@ def check_summary(recorder: Recorder, layers: list[int]) -> dict:
     return out
 
 
-def normaliser_record(recorder: Recorder) -> dict:
-    """How the query files' ``lse`` column was made, for ``capture.normaliser`` in ``qkdb_dataset.json``."""
-    transformed = recorder.pre_rope or (recorder.remove_scalings and any(k == "q" for k, _ in recorder.scalings))
+def normaliser_record(recorder: Recorder, max_position: int | None = None) -> dict:
+    """How the query files' ``lse`` column was made, for ``capture.normaliser`` in ``qkdb_dataset.json``.
+
+    ``max_position``: the largest position captured. A query scaling divided out of the stored queries
+    changed nothing when its factor is 1 there (llama4's is 1 below original_max_position_embeddings
+    and moves only by whole steps of it), and then the stored vectors still give the logits.
+    """
+    removed = [s for (kind, _), s in recorder.scalings.items() if kind == "q"] if recorder.remove_scalings else []
+    changed = [s for s in removed if max_position is None or s.factor(np.asarray([max_position]))[0] != 1.0]
+    transformed = recorder.pre_rope or bool(changed)
     return {
         "column": "lse",
         "definition": ("lse_t = log sum_s exp(logit(t, s)) over every key s the layer let query t see, with "

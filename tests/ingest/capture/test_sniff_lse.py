@@ -88,7 +88,35 @@ def test_captured_weights_are_the_models_eager_attention(family, model_of, famil
             compared += int(seen.sum())
             masked += int((~seen).sum())
     assert compared > 1000 and masked > 0
-    assert normaliser["logits_from_stored_vectors"] == (not meta.get("position_scaling"))
+    # (a query scale divided out of the stored queries must be turned back, unless it is 1 wherever captured)
+    assert normaliser["logits_from_stored_vectors"] == (not any(
+        s["removed"] and s["kind"] == "q" and s["max_factor_in_capture"] != 1 for s in meta.get("position_scaling") or []))
+
+
+def test_a_query_scale_that_is_1_wherever_captured_leaves_the_logits_to_the_stored_vectors(model_of, family_corpus,
+                                                                                          tmp_path):
+    """Ministral3's llama-4 query scale starts at position 16 in the tiny model: a capture of 16 tokens
+    divides out a factor of 1, so its attention mass is measured — and is the model's."""
+    from qkdb import api
+
+    folder = model_of("ministral3")
+    out = tmp_path / "out"
+    tm.sniff_family(folder, family_corpus, out, n_texts=N_TEXTS, max_length=16, vectors_per_head=N_TEXTS * 16,
+                    min_bucket_size=8)
+    meta = read_metadata(out)
+    assert [s["max_factor_in_capture"] for s in meta["position_scaling"]] == [1.0]
+    assert meta["capture"]["normaliser"]["logits_from_stored_vectors"] is True
+    api.ingest(out, home=tmp_path / "home", workers=1, plasticity=False)
+    probs = _eager_probabilities(folder, tm.windows(folder, family_corpus, N_TEXTS, 16))
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        rows = con.execute("select layer, head, q_lo, q_hi, mass_token0 from attention_mass").fetchall()
+    finally:
+        con.close()
+    assert len(rows) == meta["n_layers"] * meta["n_q_heads"] * 2  # bins [0,4) and [4,16)
+    for layer, head, lo, hi, m0 in rows:
+        eager = np.concatenate([p[layer][head][lo:hi] for p in probs])
+        assert m0 == pytest.approx(eager[:, 0].mean(), abs=1e-5), (layer, head, lo)
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2", "mistral"])
