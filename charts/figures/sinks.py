@@ -88,7 +88,7 @@ def build_series(con: duckdb.DuckDBPyConnection, models=None, series=None, head=
         if series is None:
             resolve_series(con, None)  # (no series at all: the series figures' own error)
             raise ChartError(f"no checkpoint of a training series has attention mass; {CAPTURE_HINT} "
-                             "for each checkpoint (`qkdb sniff --checkpoints`)", kind="not_found")
+                             "for each checkpoint (`qkdb sniff --revision A --revision B ...`: a series)", kind="not_found")
     s = Series(con, series)
     data = [d for d in s.label(rows(con, _SERIES, {"s": s.name})) if d["status"] == "measured"]
     if not data:
