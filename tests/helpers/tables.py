@@ -74,6 +74,7 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
     # The draws that the series shares across checkpoints (so s4 = s3 with alpha_k x 0.1).
     u_head = rng.uniform(0, 1, size=(N_LAYERS, N_HEADS))
     length_rng = np.random.default_rng([seed, 39])
+    mass_rng = np.random.default_rng([seed, 41])  # (a stream of its own: the other tables' draws stay as they were)
     for model, family, series, order, phase, step in models:
         rows["models"].append(dict(
             model=model, family=family, series=series, series_order=order, phase=phase, step=step,
@@ -154,6 +155,16 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
                 rows["recency"].append(dict(
                     key, logit_slope=mu_q_a * alpha_k * ratio, logit_slope_se=1e-4, predicted_slope=mu_q_a * alpha_k,
                     slope_ratio=ratio, n_queries=100, n_texts=4, mean_keys=50.0))
+                # Attention mass: even heads are sinks (weight on token 0 above 0.3) whose advantage is
+                # mostly a bias every query shares (bias_share = adv^2 / (adv^2 + sd^2) > 0.5).
+                for b, (lo, hi) in enumerate(((0, 4), (4, 16), (16, 64))):
+                    m0 = mass_rng.uniform(0.5, 0.9) if head % 2 == 0 else mass_rng.uniform(0.0, 0.2)
+                    adv, sd = mass_rng.uniform(4, 8), mass_rng.uniform(1, 3)
+                    rows["attention_mass"].append(dict(
+                        key, bin=b, q_lo=lo, q_hi=hi, n_queries=10, n_token0=10, mass_token0=m0,
+                        mass_tokens0_3=min(1.0, m0 + 0.05), mass_recent_64=1.0, mass_recent_256=1.0,
+                        mass_recent_1024=1.0, captured_share=1.0, sink_margin=adv - 2, token0_advantage=adv,
+                        token0_advantage_sq=adv ** 2 + sd ** 2))
                 plane_shares = rng.dirichlet(np.ones(N_PLANES))
                 for j in range(N_PLANES):
                     cq, ck = rng.uniform(0, 0.45, 2) if is_nope else rng.uniform(0, 1, 2)
