@@ -14,9 +14,10 @@ import duckdb
 from qkdb.charts.caption import attach
 from qkdb.charts.data import drawn_models, resolve_models, resolve_series, rows, scalar, values
 from qkdb.charts.figures.series import Series
-from qkdb.charts.style import HEATMAP_CELL, fmt_num, fmt_pct
+from qkdb.charts.style import fmt_num, fmt_pct
 from qkdb.errors import ChartError
 
+CELL = 16  # px per head and per layer: 32 × 32 heads make a 512 px panel
 CAPTURE_HINT = ("capture each query's softmax normaliser with `qkdb sniff` (every position of short texts: "
                 "docs/attention.md), then `qkdb ingest --path DIR`")
 
@@ -67,11 +68,11 @@ def build_map(con: duckdb.DuckDBPyConnection, models=None, series=None, head=Non
     outline = base.transform_filter("datum.is_sink").mark_rect(fill=None, stroke="#222222", strokeWidth=1.2).encode(
         x=x, y=y)
     built = alt.layer(cells, outline, data=values(data)).properties(
-        width=max(120, HEATMAP_CELL // 2 * n_heads), height=alt.Step(12),
+        width=max(120, CELL * n_heads), height=alt.Step(CELL),
     ).facet(facet=alt.Facet("model:N", sort=shown.models, title=None), columns=3).properties(title=alt.TitleParams(
         "Attention sinks: mean weight on token 0 per head",
-        subtitle=[f"Queries below position {context}, each weight exp(q·k₀ scaled − lse) from the captured normaliser; "
-                  f"outlined: sink heads (weight > {fmt_num(eps, 2)}, Gu et al. 2025).",
+        subtitle=[f"Queries below position {context}; each weight exp(scaled q·k₀ − lse) from the captured normaliser.",
+                  f"Outlined: sink heads (mean weight > {fmt_num(eps, 2)}, Gu et al. 2025).",
                   *([shown.note] if shown.note else [])]))
     by_model = {m: [d for d in data if d["model"] == m] for m in shown.models}
     rates = ", ".join(f"{m} {fmt_pct(sum(bool(d['is_sink']) for d in v) / len(v), 1)} of {len(v)}"
