@@ -42,3 +42,4 @@ from attention_mass a
 cross join params p
 where a.q_hi <= p.sink_context and a.n_token0 > 0
 group by a.model, a.layer, a.head
+order by a.model, a.layer, a.head
