@@ -373,5 +373,3 @@ select
     y_bias::double as y_bias,
     n_vec::bigint as n_vec
 from rows
--- (a fixed order: the joins above hash, and a view read twice must give its rows alike)
-order by id, scope, model, unit, arm

@@ -426,6 +426,10 @@ def test_any_subset_of_models(tables):
     for v in load_view_files():
         q = f'select * from "{v.name}"'
         a, b = c1.execute(q).df(), c2.execute(q).df()
+        if v.name == "finding_inputs":
+            # (no ORDER BY: its rows come as its joins hash them, and sorting them would cost the
+            # intervals' refresh its memory cap; its readers sum over them)
+            a, b = (f.sort_values(list(f.columns), ignore_index=True) for f in (a, b))
         pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=v.name)
     # s2 is the latest ingested checkpoint of its series in that subset, so it is pooled.
     assert c1.execute("select pooled from model_pool where model = 's2'").fetchall() == [(True,)]
