@@ -148,7 +148,7 @@ def simulate_command(
     rope = "no RoPE" if theta is None else f"RoPE θ={theta:g} ({pairing.value})"
     note(
         f"simulated model {model}: {n_q} query and {len(written) - n_q} key heads "
-        f"({layers} layers × {q_heads}/{kv_heads} heads), d={head_dim}, {vectors} vectors per file, {rope}, "
+        f"({layers} layers × {q_heads}/{kv_heads} heads), d={head_dim}, {vectors} vectors per file, {rope}"
         f"{', every position' if dense else ''}{f', sinks in {sinks:.0%} of the query heads' if sinks is not None else ''}, "
         f"seed {seed} -> {out} in {time.perf_counter() - started:.1f} s (planted parameters: {out / PLANTED_FILE})"
     )
