@@ -670,7 +670,7 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         "rope": spec.rope, "rope_theta": spec.rope_theta,
         "rope_pairing": spec.rope_pairing if spec.rope != "none" else None, "rope_scaling": spec.rope_scaling,
         "position_scaling": spec.position_scaling, "pre_rope": spec.pre_rope, "weights_sha256": spec.weights_sha256,
-        "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
+        "input_kind": spec.input_kind, "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
         "phase": spec.phase, "step": spec.step, "source": kind, "location": job.source.location,
         "revision": job.source.revision or spec.dataset_revision if kind == "hub" else job.source.revision,
         "n_heads": n_heads, "b_method": job.options.b_method, "capture": job.capture, "ingested_at": published,

@@ -1,6 +1,6 @@
 -- The numbers every finding rests on: one row per head (per head and checkpoint for a series change) and finding, with the statistic that combines them.
 -- Seed: the per-head values behind every number of the `findings` view.
--- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads
+-- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads, heads
 -- `findings` computes each measured value from these rows with `stat`, and the intervals in
 -- `finding_intervals` are computed from the same rows (qkdb/warehouse/intervals.py), so the two
 -- can never disagree on which heads count. Scopes are the strings `findings` shows: 'overall'
@@ -91,9 +91,21 @@ plas as materialized (
 ),
 -- Each pooled head's attention sink (captures with a softmax normaliser only: x is NULL elsewhere).
 sinks as materialized (
-    select p.*, sk.is_sink, sk.bias_share
+    select p.*, sk.is_sink, sk.bias_share, sk.sink_text_share
     from pooled p
     join sink_heads sk on sk.model = p.source_model and sk.layer = p.layer and sk.head = p.head
+        and sk.input_kind = 'natural'
+),
+-- Each head of a capture of repeated tokens (not pooled: Gu et al.'s control), in a model with RoPE:
+-- their Propositions 1-4 prove no sink there (a model without RoPE may have learned absolute
+-- positions, as GPT-2 does, which keep one: not applicable).
+sinks_repeated as materialized (
+    select sk.model as m, printf('%d.%d', sk.layer, sk.head) as u, printf('%d.%d', sk.layer, h.kv_head) as g,
+        sk.layer, sk.sink_text_share
+    from sink_heads sk
+    join models mo on mo.model = sk.model and mo.rope = 'rotary'
+    join heads h on h.model = sk.model and h.layer = sk.layer and h.head = sk.head
+    where sk.input_kind = 'repeated'
 ),
 -- The seed's model groups (seed 003 Finding 1 table, Finding 4, seed 002 figure 05).
 seed_groups(grp, label, family, models) as (
@@ -265,9 +277,14 @@ rows as (
     select '003.ap.lc_last20' as id, scope, 'arm_diff' as stat, model as m, series as c, u, arm, ap_last20 as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from spp where span = 'long_context'
     -- attention as computed (docs/attention.md) ------------------------------------------------
     union all by name
-    -- Gu et al.'s sink rate, judged per model (each model's share of sink heads).
-    select 'attn.sink.rate' as id, 'overall' as scope, 'model_range_share' as stat, m, m as c, u,
-        is_sink::int::double as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sinks
+    -- Gu et al.'s sink rate, judged per model: a head's x is the share of its texts on which it is a
+    -- sink (sink_heads.sink_text_share), so a model's mean x is its per-text rate (sink_rate_per_text).
+    select 'attn.sink.rate' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u,
+        sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sinks
+    union all by name
+    -- Repeated tokens give no sink in RoPE models (Gu et al. Propositions 1-4): every model's rate.
+    select 'attn.sink.repeated' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u,
+        sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sinks_repeated
     union all by name
     -- Over the sink heads: how much of token 0's logit advantage every query shares (sink_heads.bias_share).
     select 'attn.sink.bias' as id, 'overall' as scope, 'mean' as stat, m, m as c, u,

@@ -140,7 +140,8 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     (261, '002.recency.ratio', '002', 'Score model', 'The recency term is the logits'' slope: mean measured logit slope / mean bias_strength', 'overall', 'slope = bias (1x)', 1, 'point', null, null, 'ratio', 'x', 'sci'),
     (258, '002.F6.lc_plane_var', '002', 'Finding 6', 'plane_var_fraction grows in long-context training: % change of the mean', 'series (SmolLM3-3B in the seed)', '+14%', 14, 'change', 0, null, null, 'pctchg', 'pct'),
     -- attention as the model computes it (docs/attention.md) -------------------------------------
-    (300, 'attn.sink.rate', 'attn', 'Gu et al. 2025, Table 1', 'Sink rate: share of heads whose mean attention on token 0 (queries below sink_context) exceeds sink_epsilon, per model', 'overall', '97.5-99.0% (LLaMA3-8B 99.02%, Mistral-7B 97.49%)', null, 'range', 0.9749, 0.9902, 'share', 'pct', null),
+    (300, 'attn.sink.rate', 'attn', 'Gu et al. 2025, Table 1', 'Sink rate on natural text, Gu et al.''s estimator: over (text, head) pairs, the share whose mean attention on token 0 (queries below sink_context) exceeds sink_epsilon, per model', 'overall', '97.5-99.0% (LLaMA3-8B 99.02%, Mistral-7B 97.49%)', null, 'range', 0.9749, 0.9902, 'share', 'pct', null),
+    (302, 'attn.sink.repeated', 'attn', 'Gu et al. 2025, Propositions 1-4', 'Repeated tokens give no attention sink in RoPE models: sink rate (per text) on one token repeated, per model', 'overall', '0.00% (LLaMA2/3, Mistral: Table 1; <= 1%)', 0.0, 'below', null, 0.01, null, 'pct', null),
     (301, 'attn.sink.bias', 'attn', 'Attention sinks', 'Mass on token 0 is position-driven: over sink heads, the mean share of token 0''s logit advantage every query shares (bias_share = mean(A)^2 / mean(A^2))', 'overall', 'position-driven (hypothesis)', null, 'above', 0.5, null, null, 'f3', null)),
 claims as (
     select

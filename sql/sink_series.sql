@@ -1,4 +1,4 @@
--- Attention sinks along a training series: per checkpoint, the sink rate and mean weight on token 0, their change from the previous checkpoint, and whether that checkpoint is the same one again.
+-- Attention sinks along a training series (natural text): per checkpoint, the sink rate and mean weight on token 0, their change from the previous checkpoint, and whether that checkpoint is the same one again.
 -- Seed: - (when do sinks appear during training: Gu et al. 2025 section 4; streaming-llm #68)
 -- Depends: sink_rate, checkpoint_repeats
 -- One row per checkpoint of a series, measured or not ('no normaliser captured' keeps its row,
@@ -12,7 +12,8 @@
 -- Column model: The checkpoint.
 -- Column status: 'measured' or 'no normaliser captured' (sink_rate).
 -- Column n_heads: Query heads measured.
--- Column sink_rate: Share of them that are sink heads (sink_rate).
+-- Column sink_rate: Gu et al.'s per-text sink rate (sink_rate.sink_rate_per_text).
+-- Column sink_rate_pooled: The share of heads whose pooled mean exceeds epsilon (sink_rate.sink_rate_pooled).
 -- Column mean_mass_token0: Mean over the heads of their mean weight on token 0.
 -- Column mean_bias_share: Mean bias_share of the sink heads (sink_heads).
 -- Column sink_rate_change: sink_rate minus the previous measured checkpoint's.
@@ -24,9 +25,9 @@ repeats as (
 measured as (
     select
         r.*,
-        r.sink_rate - lag(r.sink_rate) over (partition by r.series order by r.series_order, r.model) as sink_rate_change
+        r.sink_rate_per_text - lag(r.sink_rate_per_text) over (partition by r.series order by r.series_order, r.model) as sink_rate_change
     from sink_rate r
-    where r.series is not null and r.status = 'measured'
+    where r.series is not null and r.status = 'measured' and r.input_kind = 'natural'
 )
 select
     r.series,
@@ -35,7 +36,8 @@ select
     r.model,
     r.status,
     r.n_heads,
-    r.sink_rate,
+    r.sink_rate_per_text as sink_rate,
+    r.sink_rate_pooled,
     r.mean_mass_token0,
     r.mean_bias_share,
     m.sink_rate_change,
@@ -43,5 +45,5 @@ select
 from sink_rate r
 left join measured m on m.model = r.model
 left join repeats x on x.model = r.model
-where r.series is not null
+where r.series is not null and coalesce(r.input_kind, 'natural') = 'natural'
 order by r.series, r.series_order, r.model

@@ -280,4 +280,16 @@ def bundled_rows() -> dict[str, list[dict]]:
         "benchmark_scores": scores,
         "benchmark_models": read_models_csv(bundled("benchmark_models.csv")),
         "reference_metrics": read_reference(bundled("thesis_plasticity.csv"), bundled("thesis_plasticity_length.csv")),
+        "sink_anchors": read_sink_anchors(bundled("gu2025_sink_rates.csv")),
     }
+
+
+def read_sink_anchors(path) -> list[dict]:
+    """Gu et al.'s Table 1 as ``sink_anchors`` rows (the published % as a fraction)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [{"bench_model": r["model"], "hf_model": r["hf_model"], "variant": r["variant"],
+                 "input_kind": r["input_kind"], "epsilon": float(r["epsilon"]), "tokens": int(r["tokens"]),
+                 "texts": int(r["texts"]), "sink_rate": float(r["sink_rate_pct"]) / 100.0, "source": r["source"]}
+                for r in csv.DictReader(fh)]

@@ -34,6 +34,7 @@ UNITS: dict[str, tuple[str, ...]] = {
     "benchmark_scores": ("benchmark", "bench_model", "mode", "context_budget", "best_of"),
     "benchmark_models": ("model", "benchmark"),
     "reference_metrics": ("model", "source", "metric", "lo_tokens", "hi_tokens"),
+    "sink_anchors": ("hf_model", "input_kind", "epsilon", "tokens"),
 }
 
 

@@ -106,6 +106,7 @@ MODELS = Table(
         Column("position_scaling", s, "Position-dependent factors in the vectors that are not RoPE (e.g. Ministral3's llama-4 query scale), as a JSON list of {kind, type, formula, parameters, layers, removed}; removed = divided out of the stored vectors. NULL when none is known."),
         Column("pre_rope", b, "The capture stored vectors before RoPE (qkdb sniff --pre-rope): the ingest rotated each one by the RoPE the capture recorded (pairing, rotated dims, each layer's frequencies and amplitude; NoPE layers as they are), so every table describes the vectors attention received, as for any other capture (docs/rotation-planes.md). False for post-RoPE captures; NULL for models ingested before qkdb recorded it."),
         Column("weights_sha256", s, "sha256 of the weights the vectors were captured from: one hash over the sha256 of each weight file (capture.weight_files: the Hub's LFS ids, or hashed locally), or for a simulation of its planted parameters. Checkpoints of one series never share it (refused at ingest). NULL when the capture did not record it (qk-sniffer's captures, older ones)."),
+        Column("input_kind", s, "What the captured texts were (capture.texts.kind; Gu et al. 2025 §3.3): 'natural' (the texts given), 'random' (tokens drawn uniformly from the vocabulary less its special tokens) or 'repeated' (one such token repeated). Only natural captures count in pooled and family aggregates (model_pool.pooled). NULL for models ingested before it was recorded: natural."),
         Column("nope_layers", pa.list_(i32), "Layers whose attention applies no rotary position embedding (NoPE layers; every layer when rope = 'none')."),
         Column("series", s, "Training-checkpoint series the model belongs to, NULL otherwise."),
         Column("series_order", i32, "Order of the checkpoint within its series."),
@@ -345,9 +346,10 @@ ATTENTION_MASS = Table(
         MODEL,
         LAYER,
         HEAD,
+        Column("input_kind", s, "What the captured texts were: 'natural', 'random' or 'repeated' (models.input_kind)."),
         Column("bin", i32, "Query-position bin: [4^(bin-1), 4^bin) tokens, bin 0 = positions 0-3 (q_lo, q_hi)."),
         Column("q_lo", i64, "First query position of the bin."),
-        Column("q_hi", i64, "Query positions are below this."),
+        Column("q_hi", i64, "Query positions are below this: the bin's upper edge, or one past the last position of the head's texts when they end inside the bin (q_hi - q_lo is the bin's width as sink_heads weighs it)."),
         Column("n_queries", i64, "Captured queries in the bin."),
         Column("n_token0", i64, "Of them, queries whose text's key at position 0 was captured (mass_token0 and sink_margin are over these)."),
         Column("mass_token0", f64, "Mean weight on token 0: exp(logit(t, 0) - lse_t)."),
@@ -359,6 +361,23 @@ ATTENTION_MASS = Table(
         Column("sink_margin", f64, "Mean of logit(t, 0) minus the largest other captured logit of the query (after the scale and any softcap)."),
         Column("token0_advantage", f64, "Mean of token 0's logit advantage over the head's typical key, A_t = scaling * q_t . (k_0 - mean of the captured keys at other positions), before any softcap: the bias part every query shares."),
         Column("token0_advantage_sq", f64, "Mean of A_t squared: with token0_advantage, the share mean(A)^2 / mean(A^2) of the advantage that is the same for every query (sink_heads.bias_share)."),
+    ),
+)
+
+ATTENTION_MASS_TEXT = Table(
+    "attention_mass_text",
+    "Attention on token 0 per text (Gu et al. 2025's per-sequence estimator, docs/attention.md): per query head, text and query-position bin below 1,024, the captured queries that saw token 0 and their mean weight on it. A text's alpha0 below params.sink_context is its bins' width-weighted mean (view sink_texts). Only captures that recorded each query's softmax normaliser have rows.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("input_kind", s, "What the captured texts were: 'natural', 'random' or 'repeated' (models.input_kind)."),
+        Column("example_id", i64, "The text."),
+        Column("bin", i32, "Query-position bin (as attention_mass.bin)."),
+        Column("q_lo", i64, "First query position of the bin."),
+        Column("q_hi", i64, "Query positions are below this: the bin's upper edge, or one past the text's last captured position when the text ends inside the bin (q_hi - q_lo weighs the bin in sink_texts)."),
+        Column("n_queries", i64, "The text's captured queries in the bin whose text's key 0 was captured."),
+        Column("alpha0", f64, "Their mean weight on token 0: exp(logit(t, 0) - lse_t)."),
     ),
 )
 
@@ -387,7 +406,7 @@ INGEST_RUNS = Table(
 
 TABLES: dict[str, Table] = {
     t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, PLASTICITY, PLASTICITY_PROFILE,
-                        PLASTICITY_2D, RECENCY, ATTENTION_MASS, INGEST_RUNS)
+                        PLASTICITY_2D, RECENCY, ATTENTION_MASS, ATTENTION_MASS_TEXT, INGEST_RUNS)
 }
 
 # Tables derived from the published models as a whole, rewritten after every publish or removal
@@ -471,7 +490,25 @@ REFERENCE_METRICS = Table(
     versioned=False,
 )
 
-IMPORTED: dict[str, Table] = {t.name: t for t in (BENCHMARK_SCORES, BENCHMARK_MODELS, REFERENCE_METRICS)}
+SINK_ANCHORS = Table(
+    "sink_anchors",
+    "Published attention-sink rates to set beside qkdb's (sink_card): Gu et al. 2025 (ICLR 2025, arXiv 2410.10781) Table 1, Sink_1^epsilon per model and input kind.",
+    (
+        Column("bench_model", s, "The model as the paper names it (e.g. 'LLaMA3-8B')."),
+        Column("hf_model", s, "Its Hugging Face id (the usual one for that name: the paper names models, not ids)."),
+        Column("variant", s, "'base' or 'chat'."),
+        Column("input_kind", s, "'natural' (the Pile), 'random' or 'repeated' tokens."),
+        Column("epsilon", f64, "The threshold on alpha_1 (0.3)."),
+        Column("tokens", i64, "Tokens per sequence, T (64)."),
+        Column("texts", i64, "Sequences averaged over (100)."),
+        Column("sink_rate", f64, "The published rate as a fraction (the paper's % / 100): the mean over sequences, layers and heads of [alpha_1 > epsilon], Gu et al.'s per-text estimator."),
+        Column("source", s, "The paper and table."),
+        Column("origin", s, "'bundled' (shipped with qkdb: warehouse/reference/SOURCES.md) or 'imported'."),
+    ),
+    versioned=False,
+)
+
+IMPORTED: dict[str, Table] = {t.name: t for t in (BENCHMARK_SCORES, BENCHMARK_MODELS, REFERENCE_METRICS, SINK_ANCHORS)}
 
 # Every table the catalog has a view of.
 STORED: dict[str, Table] = {**TABLES, **DERIVED, **IMPORTED}

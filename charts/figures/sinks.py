@@ -77,8 +77,9 @@ def build_map(con: duckdb.DuckDBPyConnection, models=None, series=None, head=Non
     by_model = {m: [d for d in data if d["model"] == m] for m in shown.models}
     rates = ", ".join(f"{m} {fmt_pct(sum(bool(d['is_sink']) for d in v) / len(v), 1)} of {len(v)}"
                       for m, v in by_model.items() if v)
-    return attach(built, f"Sink rate (share of sink heads): {rates}.",
-                  "The view sink_rate has it per model and the finding attn.sink.rate tests it with an interval.")
+    return attach(built, f"Pooled sink rate (share of sink heads): {rates}.",
+                  "The view sink_rate has it per model and input kind beside Gu et al.'s per-text rate "
+                  "(sink_rate_per_text), which the finding attn.sink.rate tests with an interval.")
 
 
 def build_series(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.LayerChart:
@@ -96,7 +97,7 @@ def build_series(con: duckdb.DuckDBPyConnection, models=None, series=None, head=
         raise ChartError(f"no checkpoint of series {s.name!r} has attention mass; {CAPTURE_HINT}", kind="not_found")
     eps, context = _params(con)
     long = [{**d, "what": what, "value": d[col]} for d in data
-            for what, col in (("sink rate (share of heads)", "sink_rate"), ("mean weight on token 0", "mean_mass_token0"))]
+            for what, col in (("sink rate (per text, Gu et al.)", "sink_rate"), ("mean weight on token 0", "mean_mass_token0"))]
     base = alt.Chart(values(long))
     x = s.x()
     y = alt.Y("value:Q", title=None, axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]))

@@ -8,7 +8,7 @@ import numpy as np
 
 from qkdb.errors import InputError
 from qkdb.ingest.sources.layout import HeadData, screen_values, within_bound
-from qkdb.ingest.metrics.attention_mass import head_attention_mass
+from qkdb.ingest.metrics.attention_mass import head_attention_mass, query_masses, text_attention_mass, text_extents
 from qkdb.ingest.metrics.complement import complement_pairs
 from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
@@ -53,6 +53,7 @@ class HeadContext:
     # the stored vectors (attention_mass); None: no attention mass for this head
     scaling: float | None = None
     softcap: float | None = None
+    input_kind: str = "natural"  # what the captured texts were (capture.texts.kind)
 
 
 @dataclass
@@ -233,11 +234,20 @@ def _attention_mass(q: KindData, k: KindData, ctx: HeadContext, rows: HeadRows) 
     whose logits the stored vectors give (``ctx.scaling``), with the texts of its rows."""
     if q.data.lse is None or ctx.scaling is None or q.data.example_id is None or k.data.example_id is None:
         return
-    got = head_attention_mass(q.data.vectors, q.data.positions, q.data.example_id, q.data.lse, k.data.vectors,
-                              k.data.positions, k.data.example_id, scaling=ctx.scaling, softcap=ctx.softcap,
-                              window=q.data.sliding_window)
+    per = query_masses(q.data.vectors, q.data.positions, q.data.example_id, q.data.lse, k.data.vectors,
+                       k.data.positions, k.data.example_id, scaling=ctx.scaling, softcap=ctx.softcap,
+                       window=q.data.sliding_window)
+    # (how far each text reaches: a text shorter than its last position bin weighs only what it has)
+    extent = text_extents([q.data.example_id, k.data.example_id], [q.data.positions, k.data.positions])
+    got = head_attention_mass(None, q.data.positions, None, None, None, None, None, scaling=ctx.scaling, per=per,
+                              extent=int(extent[1].max()))
     n = len(got["bin"])
-    rows.tables["attention_mass"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head), **got}
+    rows.tables["attention_mass"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head),
+                                     "input_kind": ctx.input_kind, **got}
+    texts = text_attention_mass(per["token0"], q.data.positions, q.data.example_id, extent=extent)
+    n = len(texts["bin"])
+    rows.tables["attention_mass_text"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head),
+                                          "input_kind": ctx.input_kind, **texts}
 
 
 def _plasticity(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions, bias_strength,

@@ -57,6 +57,7 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         rope_planes=spec.rope != "none",
         rope=_layer_layout(spec, layer, head_dim),
         context_length=spec.context_length,
+        input_kind=spec.input_kind,
         **_logits_of(spec, layer),
     )
 

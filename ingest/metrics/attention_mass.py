@@ -17,7 +17,9 @@ caps, zero for keys the layer hides (after the query, or outside its sliding win
   Its mean over queries is the *bias* part every query shares, the rest its *content* part: the
   share ``mean(A)² / mean(A²)`` is how position-driven the mass on token 0 is (docs/attention.md).
 
-Per head these are averaged over the queries of each position bin (:data:`BIN_EDGES`).
+Per head these are averaged over the queries of each position bin (:data:`BIN_EDGES`), and the
+weight on token 0 also per text and bin (:func:`text_attention_mass`: Gu et al.'s per-sequence α₁ is
+the width-weighted mean of a text's bins below the context, the view ``sink_texts``).
 """
 
 from __future__ import annotations
@@ -79,14 +81,71 @@ def query_masses(Q, t_q, q_text, lse, K, t_k, k_text, *, scaling: float, softcap
     return out
 
 
-def head_attention_mass(Q, t_q, q_text, lse, K, t_k, k_text, *, scaling, softcap=None, window=None) -> dict:
+def position_bin(t) -> np.ndarray:
+    """The query-position bin (index into :data:`BIN_EDGES`) of each position."""
+    return np.searchsorted(BIN_EDGES, np.asarray(t, np.int64), side="right") - 1
+
+
+def text_extents(texts_list, positions_list) -> tuple[np.ndarray, np.ndarray]:
+    """(text ids, one past the last position captured of each) over several (texts, positions) arrays."""
+    texts = np.concatenate([np.asarray(t) for t in texts_list])
+    pos = np.concatenate([np.asarray(p, np.int64) for p in positions_list])
+    ids, inv = np.unique(texts, return_inverse=True)
+    last = np.full(len(ids), -1, np.int64)
+    np.maximum.at(last, inv, pos)
+    return ids, last + 1
+
+
+def text_attention_mass(token0, t_q, q_text, *, extent=None, max_position: int = 1024) -> dict:
+    """Per text and query-position bin (bins below ``max_position`` only): the mean weight on token 0
+    over the text's captured queries in the bin that saw it (``alpha0``) and how many there are.
+
+    Gu et al. (2025) threshold a head's α₁ = (1/T) Σ_{t<T} A_{t,0} per text; from these rows it is
+    Σ_b w_b alpha0_b / Σ_b w_b over the bins below T, ``w_b`` the bin's width (view ``sink_texts``):
+    exactly α₁ for a capture of every position, and for a sampled one each bin weighs what its
+    positions do, not what the sample drew (``--keep-first`` keeps all of [0, 4)).
+
+    ``extent``: (text ids, one past each text's last position), from :func:`text_extents`; a bin's
+    ``q_hi`` is cut there, so that the last bin of a text shorter than the bin weighs the positions
+    the text has (a 32-token text's [16, 64) is [16, 32)). Without it, the text's last captured query.
+    """
+    token0 = np.asarray(token0, np.float64)
+    t = np.asarray(t_q, np.int64)
+    texts = np.asarray(q_text)
+    keep = np.isfinite(token0) & (t < max_position)
+    t, texts, token0 = t[keep], texts[keep], token0[keep]
+    b = position_bin(t)
+    # one group per (text, bin), by a lexicographic sort: no loop over queries
+    order = np.lexsort((b, texts))
+    texts, b, token0 = texts[order], b[order], token0[order]
+    starts = np.flatnonzero(np.r_[True, (texts[1:] != texts[:-1]) | (b[1:] != b[:-1])]) if len(b) else np.array([], np.int64)
+    counts = np.diff(np.r_[starts, len(b)])
+    sums = np.add.reduceat(token0, starts) if len(b) else np.array([])
+    bins = b[starts]
+    ids = texts[starts]
+    if extent is None:
+        extent = text_extents([texts], [t])
+    known, ends = extent
+    end = ends[np.searchsorted(known, ids)] if len(ids) else np.array([], np.int64)
+    return {"example_id": ids.astype(np.int64), "bin": bins.astype(np.int32),
+            "q_lo": BIN_EDGES[bins], "q_hi": np.minimum(BIN_EDGES[bins + 1], end), "n_queries": counts.astype(np.int64),
+            "alpha0": sums / np.maximum(counts, 1)}
+
+
+def head_attention_mass(Q, t_q, q_text, lse, K, t_k, k_text, *, scaling, softcap=None, window=None,
+                        per: dict | None = None, extent: int | None = None) -> dict:
     """A head's ``attention_mass`` rows: per query-position bin with queries, the mean of each quantity
     over the queries that have it, the mean square of the token-0 advantage, and how many queries
-    there are (and how many saw token 0)."""
-    per = query_masses(Q, t_q, q_text, lse, K, t_k, k_text, scaling=scaling, softcap=softcap, window=window)
+    there are (and how many saw token 0). ``per``: :func:`query_masses`' result, when already computed.
+    ``extent``: one past the last position of the head's texts (its queries' and keys'); the last
+    bin's ``q_hi`` is cut there (default: from ``t_q`` and ``t_k``)."""
+    if per is None:
+        per = query_masses(Q, t_q, q_text, lse, K, t_k, k_text, scaling=scaling, softcap=softcap, window=window)
     t = np.asarray(t_q, np.int64)
-    b = np.searchsorted(BIN_EDGES, t, side="right") - 1
+    b = position_bin(t)
     bins = np.unique(b)
+    if extent is None:
+        extent = int(max(t.max(initial=-1), np.asarray(t_k, np.int64).max(initial=-1) if t_k is not None else -1)) + 1
     cols: dict[str, list] = {"bin": [], "q_lo": [], "q_hi": [], "n_queries": [], "n_token0": []}
     cols.update({COLUMNS[q]: [] for q in QUANTITIES})
     cols["token0_advantage_sq"] = []
@@ -94,7 +153,7 @@ def head_attention_mass(Q, t_q, q_text, lse, K, t_k, k_text, *, scaling, softcap
         rows = b == bi
         cols["bin"].append(int(bi))
         cols["q_lo"].append(int(BIN_EDGES[bi]))
-        cols["q_hi"].append(int(BIN_EDGES[bi + 1]))
+        cols["q_hi"].append(int(min(BIN_EDGES[bi + 1], extent)))
         cols["n_queries"].append(int(rows.sum()))
         cols["n_token0"].append(int(np.isfinite(per["token0"][rows]).sum()))
         for q in QUANTITIES:

@@ -19,7 +19,7 @@ from qkdb.ingest.sources import registry
 from qkdb.ingest.sources.layout import METADATA_FILE
 from qkdb.ingest.sources.registry import ModelSpec
 
-_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256", "attention_logits"}
+_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256", "attention_logits", "input_kind"}
 
 
 def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
@@ -63,7 +63,7 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     if registered is not None:
         _check_dataset_counts(spec, facts, given)
     spec = replace(spec, pre_rope=captured_pre_rope(metadata), weights_sha256=captured_weights(metadata),
-                   attention_logits=captured_logits(metadata))
+                   attention_logits=captured_logits(metadata), input_kind=captured_input_kind(metadata))
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -103,6 +103,21 @@ def captured_weights(metadata: dict) -> str | None:
     value = capture.get("weights_sha256") if isinstance(capture, dict) else None
     if value is not None and not (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)):
         raise InputError(f"{METADATA_FILE}: capture.weights_sha256 must be a sha256 (64 hex digits), got {value!r}")
+    return value
+
+
+INPUT_KINDS = ("natural", "random", "repeated")
+
+
+def captured_input_kind(metadata: dict) -> str:
+    """What the captured texts were (``capture.texts.kind``); a capture that does not say read natural text."""
+    capture = metadata.get("capture")
+    texts = capture.get("texts") if isinstance(capture, dict) else None
+    value = texts.get("kind") if isinstance(texts, dict) else None
+    if value is None:
+        return "natural"
+    if value not in INPUT_KINDS:
+        raise InputError(f"{METADATA_FILE}: capture.texts.kind is {value!r}; expected one of {', '.join(INPUT_KINDS)}")
     return value
 
 

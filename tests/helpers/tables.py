@@ -75,11 +75,12 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
     u_head = rng.uniform(0, 1, size=(N_LAYERS, N_HEADS))
     length_rng = np.random.default_rng([seed, 39])
     mass_rng = np.random.default_rng([seed, 41])  # (a stream of its own: the other tables' draws stay as they were)
+    text_rng = np.random.default_rng([seed, 42])  # (per-text attention on token 0: one more stream of its own)
     for model, family, series, order, phase, step in models:
         rows["models"].append(dict(
             model=model, family=family, series=series, series_order=order, phase=phase, step=step,
             n_layers=N_LAYERS, n_q_heads=N_HEADS, n_kv_heads=N_HEADS, gqa_ratio=1, head_dim=16,
-            rope_theta=10000.0, rope_pairing="half", nope_layers=[NOPE_LAYER] if series else [],
+            rope_theta=10000.0, rope_pairing="half", rope="rotary", nope_layers=[NOPE_LAYER] if series else [],
         ))
         for layer in range(N_LAYERS):
             depth = layer / (N_LAYERS - 1)
@@ -157,11 +158,27 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
                     slope_ratio=ratio, n_queries=100, n_texts=4, mean_keys=50.0))
                 # Attention mass: even heads are sinks (weight on token 0 above 0.3) whose advantage is
                 # mostly a bias every query shares (bias_share = adv^2 / (adv^2 + sd^2) > 0.5).
+                # (one advantage and spread per head: a head's bias share is its own, in every bin)
+                adv, sd = mass_rng.uniform(4, 8), mass_rng.uniform(1, 3)
                 for b, (lo, hi) in enumerate(((0, 4), (4, 16), (16, 64))):
                     m0 = mass_rng.uniform(0.5, 0.9) if head % 2 == 0 else mass_rng.uniform(0.0, 0.2)
-                    adv, sd = mass_rng.uniform(4, 8), mass_rng.uniform(1, 3)
+                    # four dense 64-token texts, each a little off the head's mean; the first model also on repeated
+                    # tokens (Gu et al.'s control), where no head has a sink
+                    for text in range(4):
+                        rows["attention_mass_text"].append(dict(
+                            key, input_kind="natural", example_id=text, bin=b, q_lo=lo, q_hi=hi, n_queries=hi - lo,
+                            alpha0=float(np.clip(m0 + text_rng.normal(0, 0.1), 0, 1))))
+                        if model == models[0][0]:
+                            rows["attention_mass_text"].append(dict(
+                                key, input_kind="repeated", example_id=text, bin=b, q_lo=lo, q_hi=hi,
+                                n_queries=hi - lo, alpha0=float(text_rng.uniform(0.0, 0.1))))
+                    if model == models[0][0]:
+                        rows["attention_mass"].append(dict(
+                            key, input_kind="repeated", bin=b, q_lo=lo, q_hi=hi, n_queries=10, n_token0=10,
+                            mass_token0=0.05, mass_recent_64=1.0, captured_share=1.0, token0_advantage=0.0,
+                            token0_advantage_sq=1.0))
                     rows["attention_mass"].append(dict(
-                        key, bin=b, q_lo=lo, q_hi=hi, n_queries=10, n_token0=10, mass_token0=m0,
+                        key, input_kind="natural", bin=b, q_lo=lo, q_hi=hi, n_queries=10, n_token0=10, mass_token0=m0,
                         mass_tokens0_3=min(1.0, m0 + 0.05), mass_recent_64=1.0, mass_recent_256=1.0,
                         mass_recent_1024=1.0, captured_share=1.0, sink_margin=adv - 2, token0_advantage=adv,
                         token0_advantage_sq=adv ** 2 + sd ** 2))

@@ -79,8 +79,11 @@ def test_without_token_0_or_with_a_gap_it_is_not_made_up():
     assert (got["captured"] < 1).all()
 
 
-def _planted(root, *, sink_heads, lse=True):
-    """Two layers, two query heads sharing one key head per layer; in each layer one head has a sink."""
+def _planted(root, *, sink_heads, lse=True, half=()):
+    """Two layers, two query heads sharing one key head per layer; in each layer one head has a sink.
+
+    A head in ``half`` has its sink on the first texts only (the rest turn away from token 0): its
+    per-text alpha0 straddles epsilon, so Gu et al.'s per-text rate and the pooled one differ."""
     rng = np.random.default_rng(7)
     tq = np.tile(np.arange(T), TEXTS)
     ex = np.repeat(np.arange(TEXTS), T)
@@ -93,7 +96,9 @@ def _planted(root, *, sink_heads, lse=True):
         write_head(root, layer, 0, "k", K, tq, example_id=ex, dtype="float64")  # (the truth is float64)
         for head in range(2):
             Q = rng.normal(size=(T * TEXTS, D))
-            if (layer, head) in sink_heads:
+            if (layer, head) in half:
+                Q += np.where(ex[:, None] < TEXTS // 2 + 1, 4.0, -4.0) * sink  # a sink on 2 of the 3 texts
+            elif (layer, head) in sink_heads:
                 Q += 4.0 * sink  # every query aligned with the sink key
             else:
                 Q -= 4.0 * sink  # every query turned away from it
@@ -152,7 +157,7 @@ def test_the_sink_rate_counts_the_planted_sinks(planted):
     con = api.connect(home, read_only=True)
     try:
         rate = {r[0]: r[1:] for r in con.execute(
-            "select model, status, n_heads, n_sink_heads, sink_rate, epsilon, context from sink_rate").fetchall()}
+            "select model, status, n_heads, n_sink_heads, sink_rate_per_text, epsilon, context from sink_rate").fetchall()}
         # epsilon and the context are parameters
         strict = con.execute("create temp view params as select * replace (0.999 as sink_epsilon) from qk.main.params; "
                              "select n_sink_heads from sink_rate where model = 'planted-sinks'").fetchone()[0]
@@ -160,9 +165,95 @@ def test_the_sink_rate_counts_the_planted_sinks(planted):
         con.close()
     means = {h: truth[h]["token0"][np.tile(np.arange(T), TEXTS) < 64].mean() for h in truth}
     assert {h for h, m in means.items() if m > 0.3} == {(0, 0), (1, 0)}  # (the plant took)
-    assert rate["planted-sinks"] == ("measured", 4, 2, 0.5, 0.3, 64)
+    assert rate["planted-sinks"] == ("measured", 4, 2, 0.5, 0.3, 64)  # every head a sink on all texts or none
     assert rate["planted-no-lse"][0] == "no normaliser captured" and rate["planted-no-lse"][3] is None
     assert strict == sum(m > 0.999 for m in means.values())
+
+
+def test_each_texts_alpha0_is_gu_et_als_alpha1_and_the_two_rates_differ_where_a_head_straddles(tmp_path):
+    """attention_mass_text per (text, bin) and sink_texts per text are the brute-force means; with every
+    position of 64-token texts captured, a text's alpha0 is (1/T) sum_t A_t0 (query 0 included). A head
+    with a sink on 2 of 3 texts counts 2/3 per text, and 1 or 0 pooled."""
+    truth = _planted(tmp_path / "straddle", sink_heads={(0, 0)}, half={(1, 0)})
+    api.ingest(tmp_path / "straddle", home=tmp_path / "home", workers=1, plasticity=False)
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        bins = con.execute("select layer, head, example_id, q_lo, q_hi, n_queries, alpha0, input_kind "
+                           "from attention_mass_text order by all").fetchall()
+        texts = con.execute("select layer, head, example_id, n_queries, alpha0, is_sink from sink_texts").fetchall()
+        heads = {(r[0], r[1]): r[2:] for r in con.execute(
+            "select layer, head, n_texts, sink_text_share, mass_token0, is_sink from sink_heads").fetchall()}
+        (per_text, pooled, n_texts, n_heads), = con.execute(
+            "select sink_rate_per_text, sink_rate_pooled, n_texts, n_heads from sink_rate").fetchall()
+    finally:
+        con.close()
+    tq, ex = np.tile(np.arange(T), TEXTS), np.repeat(np.arange(TEXTS), T)
+    assert len(bins) == 4 * TEXTS * 3 and {b[-1] for b in bins} == {"natural"}
+    for layer, head, e, lo, hi, n, a0, _ in bins:
+        sel = (ex == e) & (tq >= lo) & (tq < hi)
+        assert n == sel.sum() and a0 == pytest.approx(truth[(layer, head)]["token0"][sel].mean(), abs=1e-12)
+    alpha = {}
+    for layer, head, e, n, a0, is_sink in texts:
+        gu = truth[(layer, head)]["token0"][ex == e].sum() / T  # Gu et al.'s alpha_1, by its definition
+        assert n == T and a0 == pytest.approx(gu, abs=1e-12) and is_sink == (gu > 0.3)
+        alpha[(layer, head, e)] = gu
+    assert [alpha[(1, 0, e)] > 0.3 for e in range(TEXTS)] == [True, True, False]  # (the plant took)
+    want = np.mean([a > 0.3 for a in alpha.values()])
+    assert per_text == pytest.approx(want) and per_text == pytest.approx((3 + 2) / 12)
+    pooled_heads = {h: np.mean([alpha[(*h, e)] for e in range(TEXTS)]) for h in truth}
+    assert pooled == pytest.approx(np.mean([m > 0.3 for m in pooled_heads.values()])) and pooled != per_text
+    assert (n_texts, n_heads) == (TEXTS, 4)
+    for h, (n, share, m0, is_sink) in heads.items():
+        assert n == TEXTS and share == pytest.approx(np.mean([alpha[(*h, e)] > 0.3 for e in range(TEXTS)]))
+        assert m0 == pytest.approx(pooled_heads[h], abs=1e-12) and is_sink == (pooled_heads[h] > 0.3)
+
+
+def test_a_sampled_capture_estimates_what_the_dense_one_measures(tmp_path):
+    """A sampled capture keeps positions 0-3 of every text (their weight on token 0 is near 1) and few
+    later ones: each position bin must weigh what its positions do, so that the sampled rates and
+    means agree with the dense capture's within sampling error, where a per-query mean would not."""
+    import shutil
+
+    from qkdb.ingest.sources.layout import discover, read_head, read_metadata
+
+    dense = tmp_path / "dense"
+    truth = _planted(dense, sink_heads={(0, 0)}, half={(1, 0)})
+    sampled = tmp_path / "sampled"
+    rng = np.random.default_rng(11)
+    tq = np.tile(np.arange(T), TEXTS)
+    keep = (tq < 4) | (rng.random(len(tq)) < 0.25)  # what --keep-first 4 and a quarter of the rest give
+    found = discover(dense)
+    for (layer, head), hf in found.queries.items():
+        h = read_head(hf.path)
+        write_head(sampled, layer, head, "q", h.vectors[keep], h.positions[keep], example_id=h.example_id[keep],
+                   lse=h.lse[keep], dtype="float64")
+    for (layer, head), hf in found.keys.items():
+        h = read_head(hf.path)
+        write_head(sampled, layer, head, "k", h.vectors, h.positions, example_id=h.example_id, dtype="float64")
+    write_metadata(sampled, {**read_metadata(dense), "model": "sampled"})
+    for root in (dense, sampled):
+        api.ingest(root, home=tmp_path / "home", workers=1, plasticity=False)
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        got = {r[0]: r[1:] for r in con.execute(
+            "select model, sink_rate_per_text, sink_rate_pooled, mean_mass_token0 from sink_rate").fetchall()}
+        heads = con.execute("select layer, head, d.mass_token0, s.mass_token0, s.n_queries from sink_heads d "
+                            "join sink_heads s using (layer, head) where d.model = 'dense' and s.model = 'sampled'").fetchall()
+        per_query = con.execute("select sum(mass_token0 * n_token0) / sum(n_token0) from attention_mass "
+                                "where model = 'sampled' and layer = 0 and head = 1").fetchone()[0]
+        dense_01 = con.execute("select mass_token0 from sink_heads where model = 'dense' and layer = 0 "
+                               "and head = 1").fetchone()[0]
+    finally:
+        con.close()
+    assert got["sampled"][:2] == got["dense"][:2]  # every head and text on the same side of epsilon
+    for layer, head, d, s, n in heads:
+        # within 4 standard errors of the sampled positions past 0-3 (the first four are all kept)
+        sd = truth[(layer, head)]["token0"][tq >= 4].std()
+        assert n < T * TEXTS and abs(s - d) <= 4 * sd / np.sqrt(n - 4 * TEXTS) + 1e-12, (layer, head, d, s)
+    # counted per query, the kept positions 0-3 would more than double the weight on token 0 of a
+    # head without a sink: the bins' widths undo that
+    sampled_01 = next(s for layer, head, _, s, _ in heads if (layer, head) == (0, 1))
+    assert per_query > 2 * dense_01 and abs(sampled_01 - dense_01) < (per_query - dense_01) / 4
 
 
 def test_masses_are_unchanged_by_an_orthogonal_map_of_q_and_k():

@@ -37,7 +37,7 @@ SEED_MODELS = [
 ]
 MU_Q_A = {m[0]: mu for m, mu in zip(SEED_MODELS[5:], (2.0, 4.0, 4.0, 6.0))}  # x2 early, +50% in LC
 ALPHA = {SEED_MODELS[-1][0]: 0.1}  # alpha_k -90% in LC (so bias x 0.15: -85%)
-N_CLAIMS = 86
+N_CLAIMS = 87
 
 
 @pytest.fixture(scope="module")
