@@ -6,7 +6,9 @@ transformers' implementations, chosen here (the one place that decides; ``--attn
 * ``sdpa`` (transformers' ``sdpa_attention_forward`` with ``sdpa_mask``): the default;
 * ``eager``: the model's own ``eager_attention_forward`` with ``eager_mask`` — also what the default
   picks for models whose attention softcaps its logits (Gemma-2's ``attn_logit_softcapping``),
-  which sdpa refuses;
+  which sdpa refuses, and for models whose layers add learned per-head sink logits to the softmax
+  (gpt-oss's ``sinks``), which sdpa and flash attention would silently drop (every later layer's
+  queries and keys would then differ from the model's own);
 * ``flash_attention_2``: transformers' ``flash_attention_forward`` with ``flash_attention_mask``,
   where the ``flash_attn`` package is installed, on a CUDA device, in float16 or bfloat16.
   transformers picks the flash kernel by the name in the model's config (ours, ``qkdb_capture``),
@@ -40,6 +42,11 @@ def softcap_of(config) -> float | None:
     return float(value) if value else None
 
 
+def has_sinks(attn_modules: dict) -> bool:
+    """Whether the layers add a learned per-head sink logit to their softmax (gpt-oss's ``sinks`` parameter)."""
+    return any(getattr(m, "sinks", None) is not None for m in attn_modules.values())
+
+
 ATTENTIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 
 
@@ -67,6 +74,12 @@ def choose(model, attn_modules: dict, asked: str = "auto") -> Backend:
     from transformers.masking_utils import sdpa_mask
 
     softcap = softcap_of(model.config)
+    if has_sinks(attn_modules):
+        if asked in ("sdpa", "flash_attention_2"):
+            raise SniffError(f"--attn {asked}: the model's attention adds a learned sink logit per head (gpt-oss), "
+                             f"which {asked} drops: the model would not compute what it computes. Use --attn eager "
+                             "(what the default picks)", kind="usage")
+        return _eager(attn_modules, softcap, why="per-head sink logits (module.sinks): sdpa and flash attention drop them")
     if asked == "flash_attention_2":
         return _flash()
     if asked == "eager":

@@ -215,7 +215,7 @@ class SniffOptions:
                 value = str(Path(value).resolve())
             elif f.name == "model_path" and value is not None:
                 value = str(Path(value).resolve()) if Path(value).exists() else str(value)
-            elif f.name == "text" and value is not None and str(value) != texts.PYDOC:
+            elif f.name == "text" and value is not None and str(value) not in (texts.PYDOC, *texts.SYNTHETIC):
                 value = str(Path(value).resolve())
             out[f.name] = value
         return out
@@ -431,6 +431,12 @@ def _texts(options: SniffOptions, tokenizer, bos, eos) -> tuple[list, np.ndarray
         record = dict(found.record)
         record["example_ids"] = [int(e) for e in example_ids]
         record["pack"] = False
+    elif str(options.text) in texts.SYNTHETIC:
+        windows = texts.synthetic_windows(str(options.text), vocabulary(tokenizer), options.n_texts or texts.SYNTHETIC_TEXTS,
+                                          options.max_length, bos_id=bos, seed=options.seed)
+        example_ids = np.arange(len(windows), dtype=np.int32)
+        record = {"source": str(options.text), "seed": options.seed, "bos": bos is not None,
+                  "drawn_from": "the tokenizer's vocabulary less its special tokens, uniformly"}
     else:
         windows = texts.token_windows(
             texts.iter_documents(options.text, options.text_field), encode, options.max_length,
@@ -439,10 +445,20 @@ def _texts(options: SniffOptions, tokenizer, bos, eos) -> tuple[list, np.ndarray
         example_ids = np.arange(len(windows), dtype=np.int32)
         record = {"source": str(options.text), "text_field": options.text_field, "pack": options.pack,
                   "min_tokens": options.min_tokens}
+    # (Gu et al.'s input kinds: the ingest carries it into every attention-mass row)
+    record["kind"] = "natural" if options.dataset is not None else texts.input_kind(options.text)
     record["n_texts"] = len(windows)
     record["n_tokens"] = int(sum(len(w) for w in windows))
     record["tokens_sha256"] = texts.tokens_sha256(windows)
     return windows, example_ids, record
+
+
+def vocabulary(tokenizer) -> np.ndarray:
+    """The tokenizer's ids less its special tokens (BOS, EOS, padding, added control tokens), sorted."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special |= {int(i) for i, tok in added.items() if getattr(tok, "special", False)}
+    return np.setdiff1d(np.arange(len(tokenizer), dtype=np.int64), np.fromiter(special, np.int64, len(special)))
 
 
 def _context_note(config, windows, what: str) -> list[str]:

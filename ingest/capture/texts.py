@@ -13,6 +13,11 @@ any other file
     The whole file is one document (UTF-8).
 a folder
     Every ``*.txt``, ``*.md``, ``*.rst`` and ``*.jsonl`` file below it, in sorted path order.
+``random`` and ``repeated``
+    Not texts but Gu et al.'s (2025, §3.3) controls for attention sinks: each window is
+    ``max_length`` token ids drawn uniformly, seeded, from the vocabulary less the tokenizer's
+    special tokens (``random``), or one such id repeated (``repeated``); 100 windows unless
+    ``--texts`` says otherwise (:func:`synthetic_windows`). These words name the kind, never a file.
 
 Windows
 -------
@@ -37,6 +42,8 @@ import numpy as np
 from qkdb.errors import SniffError
 
 PYDOC = "pydoc"
+SYNTHETIC = ("random", "repeated")  # input kinds that are token ids, not texts (capture.texts.kind)
+SYNTHETIC_TEXTS = 100  # Gu et al. average over 100 sequences
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".jsonl")
 
 
@@ -99,11 +106,44 @@ def iter_documents(source: str | os.PathLike, text_field: str = "text") -> Itera
         raise SniffError(f"{source}: no such text file or folder (use 'pydoc' for the built-in corpus)", kind="not_found")
 
 
+def input_kind(source: str | os.PathLike) -> str:
+    """``capture.texts.kind`` of a text source: ``random``, ``repeated`` or ``natural`` (any text)."""
+    return str(source) if str(source) in SYNTHETIC else "natural"
+
+
+def synthetic_windows(kind: str, vocab: np.ndarray, n_texts: int, max_length: int, *, bos_id: int | None,
+                      seed: int) -> list[np.ndarray]:
+    """Gu et al.'s inputs: ``n_texts`` windows of ``max_length`` tokens, BOS first when given.
+
+    ``random``: every token drawn uniformly from ``vocab`` (the tokenizer's ids less its special
+    tokens); ``repeated``: one id drawn from it, repeated. Seeded by ``seed`` and the kind alone, so
+    that two captures of one model with the same seed see the same inputs.
+    """
+    if kind not in SYNTHETIC:
+        raise SniffError(f"unknown input kind {kind!r}; expected one of {', '.join(SYNTHETIC)}")
+    if max_length < 2:
+        raise SniffError(f"--max-length must be at least 2, got {max_length}")
+    vocab = np.asarray(vocab, np.int64)
+    if vocab.size == 0:
+        raise SniffError(f"--text {kind}: the tokenizer has no tokens but special ones")
+    rng = np.random.default_rng([int(seed), SYNTHETIC.index(kind)])
+    body = max_length - (1 if bos_id is not None else 0)
+    head = np.asarray([] if bos_id is None else [int(bos_id)], np.int64)
+    if kind == "random":
+        drawn = vocab[rng.integers(0, vocab.size, size=(n_texts, body))]
+    else:
+        drawn = np.repeat(vocab[rng.integers(0, vocab.size, size=(n_texts, 1))], body, axis=1)
+    return [np.concatenate([head, row]) for row in drawn]
+
+
 def check_source(source: str | os.PathLike, text_field: str = "text") -> None:
     """Raise :class:`SniffError` unless the source exists and holds some text (not only whitespace).
 
     Reads documents only until the first non-empty one: cheap, and done before any model loads.
+    The synthetic kinds (``random``, ``repeated``) need no source.
     """
+    if str(source) in SYNTHETIC:
+        return
     for doc in iter_documents(source, text_field):
         if doc.strip():
             return

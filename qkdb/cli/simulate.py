@@ -62,8 +62,11 @@ def simulate_command(
         ),
     ] = None,
     max_position: Annotated[
-        int, typer.Option("--max-position", min=1, help="Text length: positions are uniform in [0, max-position).")
-    ] = 4096,
+        Optional[int], typer.Option("--max-position", min=1, show_default=False,
+                                    help="Text length: positions are uniform in [0, max-position). Default 4096; "
+                                         "64 with --dense or --sinks (Gu et al.'s texts: every position of a "
+                                         "4096-token text is 4096 queries per text to ingest).")
+    ] = None,
     examples: Annotated[int, typer.Option("--examples", min=1, help="Number of texts (example ids).")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every draw: the same options give identical files.")] = 0,
     model: Annotated[str, typer.Option("--model", help="Model name recorded in qkdb_dataset.json.")] = "simulated",
@@ -129,6 +132,8 @@ def simulate_command(
 
     theta = None if no_rope else rope_theta
     dense = dense or sinks is not None
+    if max_position is None:
+        max_position = 64 if dense else 4096
     if dense:
         vectors = max_position * examples
     spec = SimSpec(

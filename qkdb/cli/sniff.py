@@ -76,7 +76,7 @@ def sniff_command(
     model_path: Annotated[Optional[str], typer.Option("--model-path", help="A local Hugging Face model folder, or a Hub model id owner/name (read through the Hugging Face cache).", show_default=False)] = None,
     gguf: Annotated[Optional[Path], typer.Option("--gguf", help="A GGUF model file (tokenizer read from it too).", show_default=False)] = None,
     revision: Annotated[Optional[list[str]], typer.Option("--revision", help="Revision of a Hub model (branch such as step1000, tag or commit). Several: a series, one capture per revision, paired head by head and position by position.", show_default=False)] = None,
-    text: Annotated[str, typer.Option("--text", help="'pydoc' (built-in corpus), or a .txt/.md/.jsonl file or a folder of them.")] = "pydoc",
+    text: Annotated[str, typer.Option("--text", help="'pydoc' (built-in corpus), a .txt/.md/.jsonl file or a folder of them; or 'random' / 'repeated': Gu et al.'s controls for attention sinks, --max-length tokens drawn uniformly (seeded) from the vocabulary less its special tokens, or one such token repeated (100 texts unless --texts; docs/attention.md).")] = "pydoc",
     dataset: Annotated[Optional[str], typer.Option("--dataset", help="Texts from a Hugging Face dataset repo (parquet or jsonl files): one row, one text.", show_default=False)] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="With --dataset: the dataset's config (default: its default).", show_default=False)] = None,
     split: Annotated[Optional[str], typer.Option("--split", help="With --dataset: the split (default: train, or the only one).", show_default=False)] = None,

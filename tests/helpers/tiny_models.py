@@ -150,6 +150,10 @@ def _config(family: str, vocab: int, **extra):
     default = {"rope_type": "default", "rope_theta": THETA}
     if family == "llama":
         return mk(tf.LlamaConfig, **common, rope_parameters=default, attention_bias=True)
+    if family == "gpt_oss":  # learned per-head sink logits; sliding and full layers; a mixture of 2 experts
+        return mk(tf.GptOssConfig, **common, rope_parameters=default, attention_bias=True, num_local_experts=2,
+                  num_experts_per_tok=1, sliding_window=12,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     if family == "llama3":  # Llama 3.1/3.2 frequency scaling, with a short original context so that it matters
         return mk(tf.LlamaConfig, **common, rope_parameters={
             "rope_type": "llama3", "rope_theta": THETA, "factor": 8.0, "low_freq_factor": 1.0,
@@ -264,6 +268,8 @@ def build(folder, family: str, tokenizer_folder, vocab: int, seed: int = 0, ring
     model = transformers.AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # random biases and norm weights where the architecture has them
         for attn in attention_modules(model):
+            if getattr(attn, "sinks", None) is not None:  # (gpt-oss: sink logits large enough to matter)
+                attn.sinks.normal_(0.0, 2.0)
             for name in ("q_proj", "k_proj", "c_attn", "qkv_proj", "query_key_value", "q_b_proj", "kv_a_proj_with_mqa"):
                 proj = getattr(attn, name, None)
                 if proj is not None and getattr(proj, "bias", None) is not None:
