@@ -30,6 +30,9 @@ class KindData:
     source: str  # file path, for error messages
     bad_rows_dropped: int = 0  # rows dropped for values no head produces (drop_bad_vectors)
     texts: np.ndarray | None = None  # the distinct example ids of its vectors (None: the file has none)
+    # Every row, the sink candidates a sampled capture kept (--keep-first) included: attention mass
+    # reads these; None when ``data`` is every row already
+    with_sinks: HeadData | None = None
 
 
 @dataclass
@@ -71,7 +74,7 @@ class HeadRows:
 
 
 def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[int, ...],
-            rotate=None) -> KindData:
+            rotate=None, sinks_below: int = 0) -> KindData:
     """Validate and subsample one file's vectors, then take their moments (once per file).
 
     ``rotate(vectors, positions)``, for a pre-RoPE capture (:mod:`.pre_rope`), turns the stored
@@ -107,6 +110,14 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
     if rotate is not None:
         # (screened above: a rotation keeps values no head produces out, and the column sums are new)
         data = replace(data, vectors=rotate(data.vectors, data.positions), vector_sum=None)
+    with_sinks = None
+    if sinks_below > 0 and (data.positions < sinks_below).any():
+        # A sampled capture kept positions 0..sinks_below-1 of every text for attention mass: its
+        # position policy never drew them, and counted with the rest they would weigh a fifth of a
+        # small capture's vectors (token 0's key an outlier among them). Every other metric reads the
+        # policy's sample alone.
+        with_sinks, data = data, _rows(data, data.positions >= sinks_below)
+        n = len(data.positions)
     _check_enough(n, source, options)
     # Finite values too large for any head may still overflow their squares here; they then fail
     # within_bound and are found by screen_values. Nothing of that may reach the user as a warning.
@@ -124,7 +135,16 @@ def prepare(data: HeadData, source: str, options: IngestOptions, rng_key: tuple[
             f"{source}: all {m.n} vectors have position {data.positions[0]:g}; nothing about position can be measured"
         )
     texts = None if data.example_id is None else np.unique(data.example_id)
-    return KindData(data, m, source, dropped, texts)
+    if with_sinks is not None and not with_sinks.screened:  # (the sink candidates pass the same screen)
+        with_sinks, _ = screen_values(with_sinks, source, drop=options.drop_bad_vectors)
+    return KindData(data, m, source, dropped, texts, with_sinks)
+
+
+def _rows(data: HeadData, keep: np.ndarray) -> HeadData:
+    """The rows ``keep`` selects (the column sums, true of every row, are not kept)."""
+    return replace(data, vectors=data.vectors[keep], positions=data.positions[keep],
+                   example_id=None if data.example_id is None else data.example_id[keep],
+                   lse=None if data.lse is None else data.lse[keep], vector_sum=None)
 
 
 def _check_enough(n: int, source: str, options: IngestOptions) -> None:
@@ -232,19 +252,20 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
 def _attention_mass(q: KindData, k: KindData, ctx: HeadContext, rows: HeadRows) -> None:
     """Attention mass from the captured normaliser (docs/attention.md): only for a query file with ``lse``
     whose logits the stored vectors give (``ctx.scaling``), with the texts of its rows."""
-    if q.data.lse is None or ctx.scaling is None or q.data.example_id is None or k.data.example_id is None:
+    qd, kd = q.with_sinks or q.data, k.with_sinks or k.data  # (every row: the sink candidates too)
+    if qd.lse is None or ctx.scaling is None or qd.example_id is None or kd.example_id is None:
         return
-    per = query_masses(q.data.vectors, q.data.positions, q.data.example_id, q.data.lse, k.data.vectors,
-                       k.data.positions, k.data.example_id, scaling=ctx.scaling, softcap=ctx.softcap,
-                       window=q.data.sliding_window)
+    per = query_masses(qd.vectors, qd.positions, qd.example_id, qd.lse, kd.vectors,
+                       kd.positions, kd.example_id, scaling=ctx.scaling, softcap=ctx.softcap,
+                       window=qd.sliding_window)
     # (how far each text reaches: a text shorter than its last position bin weighs only what it has)
-    extent = text_extents([q.data.example_id, k.data.example_id], [q.data.positions, k.data.positions])
-    got = head_attention_mass(None, q.data.positions, None, None, None, None, None, scaling=ctx.scaling, per=per,
+    extent = text_extents([qd.example_id, kd.example_id], [qd.positions, kd.positions])
+    got = head_attention_mass(None, qd.positions, None, None, None, None, None, scaling=ctx.scaling, per=per,
                               extent=int(extent[1].max()))
     n = len(got["bin"])
     rows.tables["attention_mass"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head),
                                      "input_kind": ctx.input_kind, **got}
-    texts = text_attention_mass(per["token0"], q.data.positions, q.data.example_id, extent=extent)
+    texts = text_attention_mass(per["token0"], qd.positions, qd.example_id, extent=extent)
     n = len(texts["bin"])
     rows.tables["attention_mass_text"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head),
                                           "input_kind": ctx.input_kind, **texts}

@@ -87,13 +87,13 @@ def process_group(
     try:
         data = read_head(group.key.path)
         rotate = _layer_rotation(spec, group.layer, data.vectors.shape[1]) if spec.pre_rope else None
-        k = prepare(data, str(group.key.path), options, (group.layer, group.kv_head, 1), rotate)
+        k = prepare(data, str(group.key.path), options, (group.layer, group.kv_head, 1), rotate, spec.sinks_below)
     except QkdbError as exc:
         return [HeadOutcome(q.layer, q.head, error=str(exc)) for q in group.queries]
     out = []
     for qf in group.queries:
         try:
-            q = prepare(read_head(qf.path), str(qf.path), options, (qf.layer, qf.head, 0), rotate)
+            q = prepare(read_head(qf.path), str(qf.path), options, (qf.layer, qf.head, 0), rotate, spec.sinks_below)
             ctx = _context(spec, qf.layer, qf.head, group.kv_head, (qf.layer, qf.head) in collage, q.moments.d)
             out.append(HeadOutcome(qf.layer, qf.head, rows=compute_head(q, k, ctx, options)))
         except QkdbError as exc:

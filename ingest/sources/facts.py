@@ -19,7 +19,7 @@ from qkdb.ingest.sources import registry
 from qkdb.ingest.sources.layout import METADATA_FILE
 from qkdb.ingest.sources.registry import ModelSpec
 
-_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256", "attention_logits", "input_kind"}
+_METADATA_FACTS = {f.name for f in fields(ModelSpec)} - {"model", "in_registry", "weights_sha256", "attention_logits", "input_kind", "sinks_below"}
 
 
 def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
@@ -63,7 +63,8 @@ def resolve_spec(name: str | None, metadata: dict, **overrides) -> ModelSpec:
     if registered is not None:
         _check_dataset_counts(spec, facts, given)
     spec = replace(spec, pre_rope=captured_pre_rope(metadata), weights_sha256=captured_weights(metadata),
-                   attention_logits=captured_logits(metadata), input_kind=captured_input_kind(metadata))
+                   attention_logits=captured_logits(metadata), input_kind=captured_input_kind(metadata),
+                   sinks_below=captured_sink_rows(metadata))
     missing = spec.missing_facts()
     if missing:
         close = registry.suggest(name)
@@ -118,6 +119,20 @@ def captured_input_kind(metadata: dict) -> str:
         return "natural"
     if value not in INPUT_KINDS:
         raise InputError(f"{METADATA_FILE}: capture.texts.kind is {value!r}; expected one of {', '.join(INPUT_KINDS)}")
+    return value
+
+
+def captured_sink_rows(metadata: dict) -> int:
+    """How many first positions of every text a sampled capture kept outside its position policy
+    (``capture.positions.keep_first``; 0 for a dense capture, whose policy takes every position, and
+    for a capture made like another, whose rows are that one's)."""
+    capture = metadata.get("capture")
+    positions = capture.get("positions") if isinstance(capture, dict) else None
+    if not isinstance(positions, dict) or positions.get("policy") in ("dense", "like", None):
+        return 0
+    value = positions.get("keep_first", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(f"{METADATA_FILE}: capture.positions.keep_first must be a whole number >= 0, got {value!r}")
     return value
 
 

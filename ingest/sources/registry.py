@@ -53,6 +53,9 @@ class ModelSpec:
     # what the captured texts were (capture.texts.kind: natural, random or repeated tokens; Gu et al. 2025
     # §3.3): carried into every attention-mass row; only natural captures count in pooled aggregates
     input_kind: str = "natural"
+    # positions 0..sinks_below-1 of every text a sampled capture kept for attention mass (--keep-first;
+    # its position policy never drew them): only the attention-mass tables read them
+    sinks_below: int = 0
     # Per layer (layer, scaling, softcap) of a capture that stored each query's softmax normaliser and
     # whose stored vectors give its logits (capture.normaliser): the attention_mass table's inputs
     attention_logits: tuple[tuple[int, float, float | None], ...] | None = None

@@ -267,3 +267,42 @@ def test_masses_are_unchanged_by_an_orthogonal_map_of_q_and_k():
     b = query_masses(Q @ R, tq, qx, lse, K @ R, tq, qx, scaling=SCALE, window=12)
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_the_sink_candidates_of_a_sampled_capture_reach_attention_mass_only(tmp_path):
+    """``--keep-first 4`` keeps positions 0-3 of every text outside the position policy's draw: every
+    metric but attention mass must read the policy's sample alone, exactly as if those rows were not
+    in the files; attention mass reads them (its bin [0, 4))."""
+    from qkdb.ingest.sources.layout import discover, read_head, read_metadata
+
+    dense = tmp_path / "dense"
+    _planted(dense, sink_heads={(0, 0)})
+    rng = np.random.default_rng(5)
+    tq = np.tile(np.arange(T), TEXTS)
+    drawn = (tq >= 4) & (rng.random(len(tq)) < 0.5)
+    found = discover(dense)
+    for name, keep in (("kept", drawn | (tq < 4)), ("drawn", drawn)):
+        for files, kind in ((found.queries, "q"), (found.keys, "k")):
+            for (layer, head), hf in files.items():
+                h = read_head(hf.path)
+                write_head(tmp_path / name, layer, head, kind, h.vectors[keep], h.positions[keep],
+                           example_id=h.example_id[keep], lse=None if h.lse is None else h.lse[keep], dtype="float64")
+        meta = read_metadata(dense)
+        meta["capture"]["positions"] = {"policy": "log-uniform", "keep_first": 4 if name == "kept" else 0}
+        write_metadata(tmp_path / name, {**meta, "model": name})
+        api.ingest(tmp_path / name, home=tmp_path / "home", workers=1, plasticity=True)
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        def table(sql):
+            return {m: con.execute(sql + f" where model = '{m}' order by all").fetchall() for m in ("kept", "drawn")}
+
+        heads = table("select layer, head, n_q, n_k, pos_var_q, pos_var_k, position_min from heads")
+        pca = table("select layer, head, pc, explained_variance, r_q, r_k from pca")
+        rec = table("select layer, head, logit_slope, n_queries from recency")
+        plas = table("select layer, head, estimator, ap_overall from plasticity")
+        bins = table("select distinct q_lo from attention_mass")
+    finally:
+        con.close()
+    assert heads["kept"] == heads["drawn"] and min(r[-1] for r in heads["kept"]) >= 4
+    assert pca["kept"] == pca["drawn"] and rec["kept"] == rec["drawn"] and plas["kept"] == plas["drawn"]
+    assert bins["kept"] == [(0,), (4,), (16,)] and bins["drawn"] == [(4,), (16,)]
