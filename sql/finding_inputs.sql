@@ -1,6 +1,6 @@
 -- The numbers every finding rests on: one row per head (per head and checkpoint for a series change) and finding, with the statistic that combines them.
 -- Seed: the per-head values behind every number of the `findings` view.
--- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads, heads
+-- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads, sink_texts, heads
 -- `findings` computes each measured value from these rows with `stat`, and the intervals in
 -- `finding_intervals` are computed from the same rows (qkdb/warehouse/intervals.py), so the two
 -- can never disagree on which heads count. Scopes are the strings `findings` shows: 'overall'
@@ -42,6 +42,7 @@
 -- Column x_bias: Expected finite-vector bias of x at the head's vector count (NULL: none measured).
 -- Column y_bias: The same for y.
 -- Column n_vec: Vectors behind x when x is itself a share of vectors (a Q-vs-K accuracy: query plus key vectors), else NULL.
+-- Column x_text_var: For a mean whose heads were all measured on the same texts (the sink rates): the variance the texts add to the model's mean (var over texts of their mean / texts), the same on every row of the model; NULL elsewhere.
 with
 -- Each head with its resampling unit and its finite-vector bias per metric, c * d / n (c measured by
 -- benchmarks/calibration.py --bias on simulated heads: the largest |bias| * n / d over 256 to 4,096
@@ -95,6 +96,17 @@ sinks as materialized (
     from pooled p
     join sink_heads sk on sk.model = p.source_model and sk.layer = p.layer and sk.head = p.head
         and sk.input_kind = 'natural'
+),
+-- The sink rates' second source of variance: every head is measured on the same texts, so a text
+-- on which many heads sink (or none) moves every head's x at once. Per model and input kind, the
+-- variance of the rate's mean over texts: var over texts of the text's share of sink heads / texts
+-- (the heads' own spread is the key-head groups'; the two are crossed, and their sum is a little
+-- conservative: the pigeonhole bootstrap's variance, Owen 2007).
+sink_text_var as materialized (
+    select model, input_kind, var_samp(rate) / count(*) as v
+    from (select model, input_kind, example_id, avg(is_sink::int) as rate from sink_texts group by all)
+    group by all
+    having count(*) > 1
 ),
 -- Each head of a capture of repeated tokens (not pooled: Gu et al.'s control), in a model with RoPE:
 -- their Propositions 1-4 prove no sink there (a model without RoPE may have learned absolute
@@ -280,11 +292,15 @@ rows as (
     -- Gu et al.'s sink rate, judged per model: a head's x is the share of its texts on which it is a
     -- sink (sink_heads.sink_text_share), so a model's mean x is its per-text rate (sink_rate_per_text).
     select 'attn.sink.rate' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u,
-        sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sinks
+        sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max,
+        (select v from sink_text_var tv where tv.model = sinks.m and tv.input_kind = 'natural') as x_text_var
+    from sinks
     union all by name
     -- Repeated tokens give no sink in RoPE models (Gu et al. Propositions 1-4): every model's rate.
     select 'attn.sink.repeated' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u,
-        sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max from sinks_repeated
+        sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max,
+        (select v from sink_text_var tv where tv.model = sinks_repeated.m and tv.input_kind = 'repeated') as x_text_var
+    from sinks_repeated
     union all by name
     -- Over the sink heads: how much of token 0's logit advantage every query shares (sink_heads.bias_share).
     select 'attn.sink.bias' as id, 'overall' as scope, 'mean' as stat, m, m as c, u,
@@ -388,5 +404,6 @@ select
     x_max::double as x_max,
     x_bias::double as x_bias,
     y_bias::double as y_bias,
-    n_vec::bigint as n_vec
+    n_vec::bigint as n_vec,
+    x_text_var::double as x_text_var
 from rows

@@ -82,7 +82,7 @@ THESE, POPULATION = "these models", "models like these"
 _SNAPSHOT = "qkdb_snapshot"
 
 # The sums read per unit from SQL (corr: centred on the finding's means); `groups`: key-head groups behind them.
-_SUMS = ("nx", "sx", "ny", "sy", "xb", "yb", "nxy", "cx", "cy", "cxx", "cyy", "cxy", "groups", "nvec")
+_SUMS = ("nx", "sx", "ny", "sy", "xb", "yb", "nxy", "cx", "cy", "cxx", "cyy", "cxy", "groups", "nvec", "tv")
 
 
 @dataclass
@@ -165,6 +165,7 @@ select
     coalesce(sum((i.x - s.mx) * (i.y - s.my)), 0) as cxy,
     {groups} as groups,
     coalesce(avg(i.n_vec) filter (where i.x is not null), 0) * {groups} as nvec,
+    coalesce(max(i.x_text_var), 0) as tv,
     max(i.x) as top
 from {where}._qkdb_inputs i
 join {where}._qkdb_shape s on s.id = i.id and s.scope = i.scope
@@ -196,7 +197,8 @@ def _read(con: duckdb.DuckDBPyConnection, ids: tuple[str, ...] | None) -> list[_
         else:
             con.execute(
                 "create or replace temp table _qkdb_inputs as select id, scope, stat, estimand, cluster, "
-                "coalesce(kv_group, unit) as kv_group, layer, grp, arm, x, y, x_min, x_max, x_bias, y_bias, n_vec "
+                "coalesce(kv_group, unit) as kv_group, layer, grp, arm, x, y, x_min, x_max, x_bias, y_bias, n_vec, "
+                "x_text_var "
                 f"from finding_inputs{_ids_filter(ids)}"
             )
         create = f"create or replace table {where}._qkdb_shape" if snapshot else "create or replace temp table _qkdb_shape"
@@ -316,6 +318,8 @@ def _assemble(got: dict, by_model: dict[tuple[str, str], bool]) -> list[_Finding
             np.maximum.at(f.t["top"], unit, np.nan_to_num(num["top"][rows], nan=-np.inf))
         if not num["nvec"][rows].any():
             del f.t["nvec"]
+        if not num["tv"][rows].any():
+            del f.t["tv"]
         if not f.by_model:
             f.stratum = _strata(f.cluster, layer[rows][first])
         out.append(f)
@@ -796,7 +800,11 @@ def _model_range(f: _Finding, estimate: float) -> dict:
                 few.append(f.clusters[k])
                 lo = hi = math.nan
             else:
-                half = -inference.t_quantile((1.0 - level) / 2.0, df) * math.sqrt(_linear_var(nx[sel], sx[sel], f.stratum[sel]))
+                # (x of every head measured on the same texts: their spread is a variance of its own,
+                # crossed with the heads', finding_inputs.x_text_var)
+                texts = float(f.t["tv"][sel].max()) if "tv" in f.t else 0.0
+                half = -inference.t_quantile((1.0 - level) / 2.0, df) * math.sqrt(
+                    _linear_var(nx[sel], sx[sel], f.stratum[sel]) + texts)
                 lo, hi = mean - half, mean + half
                 floor = _vector_floor(f, sel, level)
                 if floor is not None:
@@ -818,6 +826,8 @@ def _model_range(f: _Finding, estimate: float) -> dict:
            "its mean ± t × its standard error over its key-head groups in strata of layers")
     if "nvec" in f.t and f.stat == "model_range_mean":
         how += ", widened to the Wilson interval of its groups' shares of vectors"
+    if "tv" in f.t and f.stat == "model_range_mean":
+        how += ", plus the variance between its texts (every head read the same texts: texts and key-head groups crossed)"
     joint = f", jointly at 95% (Bonferroni over {m} models)" if m > 1 else ""
     if at_bound:
         # Why such a claim stays open at this size: its interval is what the groups can rule out.
