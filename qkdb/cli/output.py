@@ -263,9 +263,24 @@ def _csv_text(table: pa.Table, header: bool) -> str:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    table = _flat_cells(table)
     buf = pa.BufferOutputStream()
     pacsv.write_csv(table, buf, write_options=pacsv.WriteOptions(include_header=header))
     return buf.getvalue().to_pybytes().decode()
+
+
+def _flat_cells(table: pa.Table) -> pa.Table:
+    """Lists, structs and maps as JSON text (a CSV cell holds one value; pyarrow's writer refuses them)."""
+    import json
+
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_nested(field.type):
+            # (a loop over the rows of these columns only: a list per cell is what they are)
+            text = [None if v is None else json.dumps(v, default=str) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, field.name, pa.array(text, pa.string()))
+    return table
 
 
 def write_table(table: pa.Table, fmt: Format, output: Path | None = None) -> int:

@@ -100,6 +100,15 @@ def test_several_statements_print_in_turn_and_a_data_format_refuses_them(runner,
     assert "2 statements, but --format csv" in refused.stderr
 
 
+def test_a_list_or_struct_column_is_one_json_cell_in_csv(runner, dataset):
+    # (sink_card's layer_rates is a list per row: pyarrow's CSV writer refuses lists)
+    _ingest(runner, dataset)
+    got = runner.invoke(app, ["query", "select [0.5::double, 1] as l, {'a': 2} as s, 3 as n, null::double[] as e",
+                              "-f", "csv"])
+    assert got.exit_code == 0, got.stderr
+    assert got.stdout.splitlines() == ['"l","s","n","e"', '"[0.5, 1.0]","{""a"": 2}",3,']
+
+
 def test_query_parses_its_sql_once(runner, dataset, monkeypatch):
     import duckdb
 
