@@ -106,7 +106,7 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("attn.sink", "attn", "attention sinks",
                "Most heads put more than 0.3 of their attention on token 0 (Gu et al. 2025: LLaMA3-8B 99.02%, "
                "Mistral-7B 97.49%), and that mass is position-driven: every query favours token 0 alike.",
-               "attn.sink.rate", figures=("sink-map", "sink-series")),
+               "attn.sink.rate", figures=("sink-card", "sink-map", "sink-series")),
 )
 
 # The front page's headline figures, best first; the report shows the first few the data supports.

@@ -91,6 +91,7 @@ FIGURES: dict[str, Figure] = {
         Figure("plasticity-retention", "plasticity 07", "AP retention against benchmark score retention over the same lengths, per model", "plasticity", "benchmark_join.build_retention", "models"),
         Figure("sink-map", "attention 01", "mean attention weight on token 0 per layer × head, a panel per model, sink heads outlined", "attention", "sinks.build_map", "models"),
         Figure("sink-series", "attention 02", "sink rate and mean weight on token 0 per checkpoint of a series", "attention", "sinks.build_series", "series"),
+        Figure("sink-card", "attention 03", "the sink card: per checkpoint, sink rates by input kind (per text and pooled) beside Gu et al.'s Table 1, and the per-layer per-text rate", "attention", "sinks.build_card", "models"),
     )
 }
 

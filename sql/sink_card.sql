@@ -18,7 +18,8 @@
 -- Column sink_rate_pooled: The pooled estimator (sink_rate).
 -- Column mean_alpha0: Mean alpha0 over (text, head) pairs.
 -- Column mean_bias_share: Mean bias_share of the (pooled) sink heads.
--- Column layer_rates: Per layer, in layer order: the per-text sink rate of its heads.
+-- Column layers: The layers measured, in order (a sampled capture may miss some).
+-- Column layer_rates: Per layer of layers, in the same order: the per-text sink rate of its heads.
 -- Column anchor_model: The published model (sink_anchors.bench_model) this one matches, or NULL.
 -- Column anchor_variant: 'base' or 'chat'.
 -- Column anchor_rate: The published rate (a fraction).
@@ -31,7 +32,7 @@ layers as (
     group by all
 ),
 profile as (
-    select model, input_kind, list(rate order by layer) as layer_rates
+    select model, input_kind, list(layer order by layer) as layers, list(rate order by layer) as layer_rates
     from layers
     group by all
 )
@@ -47,6 +48,7 @@ select
     r.sink_rate_pooled,
     r.mean_alpha0,
     r.mean_bias_share,
+    pr.layers,
     pr.layer_rates,
     a.bench_model as anchor_model,
     a.variant as anchor_variant,

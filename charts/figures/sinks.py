@@ -1,8 +1,10 @@
-"""Attention sinks (docs/attention.md): where they are in a model, and when they appear in training.
+"""Attention sinks (docs/attention.md): where they are in a model, how they compare with the field's
+numbers, and when they appear in training.
 
 Source: views ``sink_heads`` (per head: the mean attention weight on token 0 over queries below
-``params.sink_context``, and whether it exceeds ``params.sink_epsilon``) and ``sink_series`` (per
-checkpoint: the share of sink heads). Both exist only for captures that stored each query's softmax
+``params.sink_context``, and whether it exceeds ``params.sink_epsilon``), ``sink_card`` (per model and
+input kind: both rates beside Gu et al.'s published ones), ``sink_texts`` (per layer and text) and
+``sink_series`` (per checkpoint: the share of sink heads). Both exist only for captures that stored each query's softmax
 normaliser (``qkdb sniff``'s ``lse``); for any other the figures say so and what to capture.
 """
 
@@ -33,6 +35,25 @@ select s.model, s.status, s.n_heads, s.sink_rate, s.mean_mass_token0, s.repeats_
 from sink_series s where s.series = $s
 order by s.series_order, s.model
 """
+
+
+_CARD = """
+select c.model, coalesce(c.hf_model, c.model) as checkpoint, c.input_kind, c.n_heads, c.n_texts,
+    c.sink_rate_per_text, c.sink_rate_pooled, c.anchor_model, c.anchor_variant, c.anchor_rate
+from sink_card c
+where list_contains($models, c.model)
+order by checkpoint, c.input_kind
+"""
+
+_PROFILE = """
+select t.model, t.input_kind, t.layer, avg(t.is_sink::int) as rate
+from sink_texts t
+where list_contains($models, t.model)
+group by all
+order by all
+"""
+
+KINDS = ("natural", "random", "repeated")
 
 
 def _params(con) -> tuple[float, int]:
@@ -116,3 +137,68 @@ def build_series(con: duckdb.DuckDBPyConnection, models=None, series=None, head=
                   f"Sink rate {fmt_pct(first['sink_rate'], 1)} at {first['checkpoint']} → "
                   f"{fmt_pct(last['sink_rate'], 1)} at {last['checkpoint']} ({len(data)} checkpoints measured).",
                   f"Identical to the previous checkpoint: {', '.join(repeats)}." if repeats else None)
+
+
+def build_card(con: duckdb.DuckDBPyConnection, models=None, series=None, head=None, **opts) -> alt.HConcatChart:
+    """Sink rates by input kind per checkpoint beside Gu et al.'s, and the per-layer profile."""
+    resolve_models(con, models)  # (no model at all, or one not ingested: the figures' own errors)
+    have = [r["model"] for r in rows(con, "select distinct model from sink_card")]
+    if not have:
+        raise ChartError(f"no attention mass in this warehouse: no capture recorded the softmax normaliser; "
+                         f"{CAPTURE_HINT}", kind="not_found")
+    chosen = [m for m in resolve_models(con, models) if m in have] if models else have
+    if not chosen:
+        raise ChartError(f"no attention mass for {', '.join(resolve_models(con, models))}: these captures did not "
+                         f"record the softmax normaliser; {CAPTURE_HINT}", kind="not_found")
+    eps, context = _params(con)
+    card = rows(con, _CARD, {"models": chosen})
+    long = [{**d, "estimator": est, "rate": d[col]} for d in card
+            for est, col in (("per text (Gu et al.)", "sink_rate_per_text"), ("pooled", "sink_rate_pooled"))
+            if d[col] is not None]
+    anchors = [{**d, "rate": d["anchor_rate"], "estimator": f"Gu et al. Table 1 ({d['anchor_variant']})"}
+               for d in card if d["anchor_rate"] is not None]
+    kind_color = alt.Color("input_kind:N", title="input", sort=list(KINDS),
+                           scale=alt.Scale(domain=list(KINDS), range=["#54278f", "#e6550d", "#31a354"]))
+    x = alt.X("rate:Q", title=f"sink rate (ε = {fmt_num(eps, 2)}, T = {context})", axis=alt.Axis(format="%"),
+              scale=alt.Scale(domain=[0, 1]))
+    y = alt.Y("checkpoint:N", title=None, axis=alt.Axis(labelLimit=260))
+    tip = [alt.Tooltip("checkpoint:N"), alt.Tooltip("model:N"), alt.Tooltip("input_kind:N"),
+           alt.Tooltip("estimator:N"), alt.Tooltip("rate:Q", format=".1%")]
+    points = alt.Chart(values(long)).mark_point(size=90, filled=True).encode(
+        x=x, y=y, color=kind_color, tooltip=[*tip, alt.Tooltip("n_heads:Q", title="heads"),
+                                             alt.Tooltip("n_texts:Q", title="texts")],
+        shape=alt.Shape("estimator:N", title="estimator", scale=alt.Scale(range=["circle", "triangle-up"])),
+        yOffset=alt.YOffset("input_kind:N", sort=list(KINDS)))
+    layers = [points]
+    if anchors:
+        layers.append(alt.Chart(values(anchors)).mark_tick(thickness=2, size=14).encode(
+            x=x, y=y, color=kind_color, yOffset=alt.YOffset("input_kind:N", sort=list(KINDS)),
+            tooltip=[*tip, alt.Tooltip("anchor_model:N", title="published for")]))
+    rates = alt.layer(*layers).properties(width=320, height=alt.Step(54), title=alt.TitleParams(
+        "Sink rate by input", subtitle=["Dots: per text (Gu et al.'s estimator); triangles: pooled; "
+                                        "ticks: Gu et al. 2025 Table 1 for the same checkpoint."]))
+    profile_rows = rows(con, _PROFILE, {"models": chosen})
+    label = {d["model"]: d["checkpoint"] for d in card}
+    profile_rows = [{**d, "checkpoint": label.get(d["model"], d["model"])} for d in profile_rows]
+    profile = alt.Chart(values(profile_rows)).mark_line(point=True).encode(
+        x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1)),
+        y=alt.Y("rate:Q", title="per-text sink rate", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        color=kind_color, detail="checkpoint:N",
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("input_kind:N"), alt.Tooltip("layer:Q"),
+                 alt.Tooltip("rate:Q", format=".1%")],
+    ).properties(width=320, title=alt.TitleParams(
+        "Per layer", subtitle=["StreamingLLM (Xiao et al. 2024, Fig. 12): ~0 in layers 0-1, 0.6-0.9 from layer 2 on."]))
+    built = alt.hconcat(rates, profile).properties(title=alt.TitleParams(
+        "The sink card: attention sinks as Gu et al. measure them",
+        subtitle=[f"A head has a sink on a text when its mean weight on token 0 over the text's first {context} "
+                  f"positions exceeds {fmt_num(eps, 2)}."]))
+    parts = []
+    for d in card:
+        anchor = (f" (Gu et al.: {fmt_pct(d['anchor_rate'], 1)} for {d['anchor_model']})"
+                  if d["anchor_rate"] is not None else "")
+        per_text = "n/a" if d["sink_rate_per_text"] is None else fmt_pct(d["sink_rate_per_text"], 1)
+        parts.append(f"{d['checkpoint']} {d['input_kind']}: {per_text} per text, "
+                     f"{fmt_pct(d['sink_rate_pooled'], 1)} pooled{anchor}")
+    return attach(built, "Sink rates: " + "; ".join(parts) + ".",
+                  "The view sink_card has them with the per-layer rates; findings attn.sink.rate (natural text) "
+                  "and attn.sink.repeated (repeated tokens, RoPE models) test them with intervals.")

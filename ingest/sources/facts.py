@@ -136,12 +136,26 @@ def captured_sink_rows(metadata: dict) -> int:
     return value
 
 
+def _rotated_back(metadata: dict) -> bool:
+    """A ``--pre-rope`` capture whose only change to the vectors was leaving RoPE out: the ingest turns
+    them back with the RoPE the capture recorded (ingest/engine/pre_rope.py), and the logits are
+    attention's again. A query scale divided out of them (not 1 where captured) stays a refusal."""
+    capture = metadata.get("capture")
+    if not (isinstance(capture, dict) and capture.get("pre_rope") is True):
+        return False
+    return not any(isinstance(s, dict) and s.get("kind") == "q" and s.get("removed")
+                   and s.get("max_factor_in_capture", 0) != 1 for s in metadata.get("position_scaling") or [])
+
+
 def captured_logits(metadata: dict) -> tuple | None:
     """Each layer's (layer, scaling, softcap) from ``capture.normaliser``, when the stored vectors give the
-    logits the normaliser sums (``logits_from_stored_vectors``); None otherwise (no attention mass)."""
+    logits the normaliser sums (``logits_from_stored_vectors``), or give them once the ingest has turned
+    a ``--pre-rope`` capture back (:func:`_rotated_back`); None otherwise (no attention mass)."""
     capture = metadata.get("capture")
     record = capture.get("normaliser") if isinstance(capture, dict) else None
-    if not isinstance(record, dict) or record.get("logits_from_stored_vectors") is not True:
+    if not isinstance(record, dict):
+        return None
+    if record.get("logits_from_stored_vectors") is not True and not _rotated_back(metadata):
         return None
     out = []
     for entry in record.get("layers") or []:

@@ -37,7 +37,7 @@ SPEC_NAMES = [
     "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
     "series-trajectory", "series-bias-decomposition",
     "plasticity-profile", "plasticity-heatmap", "plasticity-by-taxonomy", "recency-check", "series-plasticity",
-    "plasticity-vs-benchmark", "plasticity-retention", "sink-map", "sink-series",
+    "plasticity-vs-benchmark", "plasticity-retention", "sink-map", "sink-series", "sink-card",
 ]
 
 @pytest.fixture(scope="session")
@@ -358,6 +358,12 @@ GOLDEN["sink-series"] = {"layer": [
     {"mark": "line", "encoding": ["color=what:nominal", "x=checkpoint:nominal", "y=value:quantitative"]},
     {"mark": "text", "encoding": ["text=phase:nominal", "x=checkpoint:nominal", "y=value"]}]}
 GOLDEN["series-depth-heatmap-rq"] = GOLDEN["series-depth-heatmap-rk"]
+# Rates by input kind per checkpoint (shape: estimator; ticks where a published rate matches), and per layer.
+GOLDEN["sink-card"] = {"hconcat": [
+    {"layer": [{"mark": "point", "encoding": ["color=input_kind:nominal", "shape=estimator:nominal", "x=rate:quantitative",
+                                              "y=checkpoint:nominal", "yOffset=input_kind:nominal"]}]},
+    {"mark": "line", "encoding": ["color=input_kind:nominal", "detail=checkpoint:nominal", "x=layer:quantitative",
+                                  "y=rate:quantitative"]}]}
 
 
 @pytest.mark.parametrize("name", SPEC_NAMES)
@@ -654,9 +660,24 @@ def test_sink_series_reads_the_planted_fractions_and_is_the_default_series_with_
     assert weight[SINK_SERIES[0][0]] < weight[SINK_SERIES[1][0]]
 
 
+def test_sink_card_draws_the_views_rates_and_layers(sinks_con, specs):
+    card = {r[0]: r[1:] for r in sinks_con.execute(
+        "select model, sink_rate_per_text, sink_rate_pooled, layers, layer_rates from sink_card").fetchall()}
+    rates, layers = (v for v in datasets(specs["sink-card"]).values())
+    drawn = {(r["model"], r["estimator"]): r["rate"] for r in rates}
+    assert drawn == {**{(m, "per text (Gu et al.)"): v[0] for m, v in card.items()},
+                     **{(m, "pooled"): v[1] for m, v in card.items()}}
+    assert {(r["model"], r["layer"]): r["rate"] for r in layers} == {
+        (m, l): pytest.approx(r) for m, v in card.items() for l, r in zip(v[2], v[3])}
+    text = text_of(specs["sink-card"])
+    assert f"toy-sinks-step-2000 natural: {100 * card['toy-sinks-step-2000'][0]:.1f}% per text, 75.0% pooled" in text
+
+
 def test_sink_figures_without_a_normaliser_say_what_to_capture(con):
     with pytest.raises(ChartError, match=r"no attention mass for sim-a-1b: .*qkdb sniff"):
         chart("sink-map", con, models="sim-a-1b")
+    with pytest.raises(ChartError, match=r"no attention mass in this warehouse: .*qkdb sniff"):
+        chart("sink-card", con)
     with pytest.raises(ChartError, match=r"no checkpoint of series 'smollm3-3b' has attention mass"):
         chart("sink-series", con, series="smollm3-3b")
     with pytest.raises(ChartError, match=r"no checkpoint of a training series has attention mass"):

@@ -128,7 +128,7 @@ def page(full_report):
 
 # The chart warehouse's captures recorded no softmax normaliser: the report says so for these, and
 # draws them from the sinks' warehouse (test_the_sinks_report_draws_them_in_their_section).
-NEEDS_NORMALISER = {"sink-map", "sink-series"}
+NEEDS_NORMALISER = {"sink-map", "sink-series", "sink-card"}
 
 
 def section_figures(page: Page) -> list[str]:

@@ -306,3 +306,28 @@ def test_the_sink_candidates_of_a_sampled_capture_reach_attention_mass_only(tmp_
     assert heads["kept"] == heads["drawn"] and min(r[-1] for r in heads["kept"]) >= 4
     assert pca["kept"] == pca["drawn"] and rec["kept"] == rec["drawn"] and plas["kept"] == plas["drawn"]
     assert bins["kept"] == [(0,), (4,), (16,)] and bins["drawn"] == [(4,), (16,)]
+
+
+def test_the_sink_card_sets_a_published_rate_beside_the_same_checkpoint_only(tmp_path):
+    """sink_card: both rates and the per-layer profile per model; Gu et al.'s Table 1 rate where the
+    Hugging Face id, input kind, epsilon and T all match (here LLaMA3-8B's 99.02%), none otherwise."""
+    from qkdb.ingest.sources.layout import read_metadata
+
+    root = tmp_path / "llama"
+    _planted(root, sink_heads={(0, 0)}, half={(1, 0)})
+    write_metadata(root, {**read_metadata(root), "hf_model": "meta-llama/Meta-Llama-3-8B"})
+    api.ingest(root, home=tmp_path / "home", workers=1, plasticity=False)
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        (kind, per_text, pooled, layers, rates, anchor, rate, match), = con.execute(
+            "select input_kind, sink_rate_per_text, sink_rate_pooled, layers, layer_rates, anchor_model, "
+            "anchor_rate, match_kind from sink_card").fetchall()
+        texts = con.execute("select layer, avg(is_sink::int) from sink_texts group by layer order by layer").fetchall()
+        other_t = con.execute("create temp view params as select * replace (16 as sink_context) from qk.main.params; "
+                              "select anchor_rate from sink_card").fetchall()
+    finally:
+        con.close()
+    assert kind == "natural" and (anchor, rate, match) == ("LLaMA3-8B", pytest.approx(0.9902), "exact")
+    assert layers == [0, 1] and rates == pytest.approx([r for _, r in texts])
+    assert per_text == pytest.approx((3 + 2) / 12) and pooled is not None
+    assert other_t == [(None,)]  # T = 16 is not the published T = 64

@@ -148,6 +148,33 @@ def test_the_ingested_attention_mass_is_the_models(family, model_of, family_corp
     assert status == [("measured", meta["n_layers"] * meta["n_q_heads"])]
 
 
+@pytest.mark.parametrize("family", ["llama", "phi"])
+def test_a_pre_rope_capture_turned_back_gives_the_models_attention_mass(family, model_of, family_corpus, tmp_path):
+    """--pre-rope stores the vectors before RoPE; the ingest rotates them with the RoPE the capture
+    recorded, so their logits are attention's again: every bin's weight on token 0 is the model's own
+    eager attention (1e-5). Phi rotates only part of each head (partial rotary)."""
+    from qkdb import api
+
+    folder = model_of(family)
+    out = tmp_path / "out"
+    tm.sniff_family(folder, family_corpus, out, n_texts=N_TEXTS, max_length=MAX_LENGTH, pre_rope=True,
+                    vectors_per_head=N_TEXTS * MAX_LENGTH, min_bucket_size=8)
+    meta = read_metadata(out)
+    assert meta["capture"]["pre_rope"] is True and meta["capture"]["normaliser"]["logits_from_stored_vectors"] is False
+    api.ingest(out, home=tmp_path / "home", workers=1, plasticity=False)
+    probs = _eager_probabilities(folder, tm.windows(folder, family_corpus, N_TEXTS, MAX_LENGTH))
+    con = api.connect(tmp_path / "home", read_only=True)
+    try:
+        rows = con.execute("select layer, head, q_lo, q_hi, mass_token0, captured_share from attention_mass").fetchall()
+    finally:
+        con.close()
+    assert len(rows) == meta["n_layers"] * meta["n_q_heads"] * 3
+    for layer, head, lo, hi, m0, cap in rows:
+        eager = np.concatenate([p[layer][head][lo:min(hi, MAX_LENGTH)] for p in probs])
+        assert m0 == pytest.approx(eager[:, 0].mean(), abs=1e-5), (layer, head, lo)
+        assert cap == pytest.approx(1.0, abs=1e-5)
+
+
 def test_no_lse_leaves_the_normaliser_out(model_of, family_corpus, tmp_path, runner):
     from qkdb.cli.app import app
     import qkdb.cli.sniff  # noqa: F401
