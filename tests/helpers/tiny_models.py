@@ -94,6 +94,8 @@ FAMILY_SPECS = {f.name: f for f in (
            mla=True),
     # OLMo with clip_qkv clamps q/k/v between the projection and RoPE (reproduced by the check)
     Family("olmo_clip"),
+    # gpt-oss adds a learned sink logit per head: captured on its own eager attention (sdpa drops them)
+    Family("gpt_oss"),
     Family("falcon", head_dim=WIDE, n_kv=1, refused=r"^(?!.*ALiBi).*does not go through transformers' "
                                                      r"AttentionInterface"),
     Family("falcon_alibi", head_dim=WIDE, n_kv=N_Q, pairing=None, refused=r"ALiBi"),

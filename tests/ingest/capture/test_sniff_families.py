@@ -120,6 +120,7 @@ EXPECT = {
     "deepseek_v2": dict(family="deepseek_v2", scaling="yarn"),
     "deepseek_v3": dict(family="deepseek_v3", scaling="yarn"),
     "olmo_clip": dict(family="olmo"),
+    "gpt_oss": dict(family="gpt_oss", windows=[12, None, 12]),
 }
 CAPTURED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is None]
 REFUSED = [f for f, spec in tm.FAMILY_SPECS.items() if spec.refused is not None]
