@@ -328,6 +328,18 @@ def test_simulate_plants_sinks_that_the_ingest_finds(runner, tmp_path):
     assert got.stdout.splitlines()[1:] == ['8,4,"measured"']
 
 
+def test_simulated_sinks_default_to_short_texts(runner, tmp_path):
+    # (every position of a 4,096-token text is 4,096 queries per text and head: 64 tokens unless asked)
+    from qkdb.ingest.sources.layout import read_head
+
+    out = tmp_path / "sinks"
+    result = runner.invoke(app, ["simulate", "-o", str(out), "--layers", "1", "--q-heads", "2", "--kv-heads", "1",
+                                 "--head-dim", "8", "--examples", "2", "--sinks", "0.5"])
+    assert result.exit_code == 0, result.output
+    q = read_head(next(out.glob("l00h00q*")) / "data.parquet")
+    assert q.positions.max() == 63 and len(q.positions) == 2 * 64
+
+
 def test_help_and_a_query_load_neither_numpy_nor_pyarrow_and_a_query_no_other_command(tmp_path, dataset):
     # The interactive commands start fast because the layers load only what a command needs.
     import subprocess
