@@ -20,6 +20,7 @@
 -- Column context: Queries at positions below this count (params.sink_context).
 -- Column n_heads: Query heads with at least one such query that saw token 0.
 -- Column n_texts: Texts with such a query (of any head).
+-- Column per_text: NULL when the per-text rate is measured; else why not: 'needs every position of short texts (--dense)' for a sampled capture.
 -- Column sink_rate_per_text: Mean over heads of the share of their texts with alpha0 > epsilon (sink_heads.sink_text_share): Gu et al.'s estimator (their mean over (text, head) pairs when every head has every text).
 -- Column sink_rate_pooled: Share of heads whose mean over every text's queries exceeds epsilon (sink_heads.is_sink).
 -- Column n_sink_heads: Heads whose pooled mean exceeds epsilon.
@@ -56,6 +57,7 @@ select
     p.sink_context as context,
     coalesce(r.n_heads, 0) as n_heads,
     coalesce(t.n_texts, 0) as n_texts,
+    case when r.model is not null and t.model is null then 'needs every position of short texts (--dense)' end as per_text,
     r.sink_rate_per_text,
     r.n_sink_heads / nullif(r.n_heads, 0) as sink_rate_pooled,
     coalesce(r.n_sink_heads, 0) as n_sink_heads,

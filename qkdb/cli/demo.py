@@ -62,6 +62,7 @@ def demo_command(
         say(f"ingested {SAMPLE_MODEL}: {result.heads_done} heads in {result.seconds:.1f}s")
 
     _print_findings(home)
+    _print_sinks(home)
     written = None if no_report else _write_report(home, report or home / "report.html")
     say(f"demo done in {time.perf_counter() - t0:.0f}s")
     _next_steps(home, written)
@@ -90,6 +91,24 @@ def _print_findings(home: Path) -> None:
     )
     with run_query(sql, home) as results:
         write_result(results[-1], Format.table)
+
+
+def _print_sinks(home: Path) -> None:
+    """One line on attention sinks (view sink_rate): the sample records each query's normaliser."""
+    from qkdb import api
+
+    con = api.connect(home, read_only=True)
+    try:
+        got = con.execute("select model, n_heads, n_sink_heads, sink_rate_pooled, sink_rate_per_text, per_text, "
+                          "epsilon, context from sink_rate where status = 'measured'").fetchall()
+    finally:
+        con.close()
+    for model, n, n_sink, pooled, per_text, why, eps, context in got:
+        gu = (f"Gu et al.'s per-text rate {100 * per_text:.1f}%" if per_text is not None
+              else f"Gu et al.'s per-text rate {why}")
+        say(f"attention sinks ({model}): {n_sink} of {n} heads put more than {eps:g} of their attention on token 0 "
+            f"over the first {context} positions ({100 * pooled:.1f}%, pooled); {gu} — `qkdb query \"from sink_rate\"`, "
+            "docs/attention.md")
 
 
 def _write_report(home: Path, path: Path) -> Path | None:

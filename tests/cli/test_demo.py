@@ -74,6 +74,9 @@ def test_demo_end_to_end_offline(tmp_path, runner, offline):
     result = runner.invoke(app, ["demo", "--home", str(home), "-q", "-j", "1"])
     assert result.exit_code == 0, result.output
     assert "Continue with" in result.stderr and "Continue with" not in result.stdout
+    # the sample records each query's normaliser: the demo measures attention sinks (pooled: it is sampled)
+    assert re.search(r"attention sinks \(smollm2-135m\): \d+ of 44 heads .* \(\d+\.\d%, pooled\); Gu et al.'s "
+                     r"per-text rate needs every position of short texts", result.stderr)
     assert result.stdout.strip()  # the findings (or summary) table is data: stdout
 
     con = qkdb.connect(home)
@@ -101,6 +104,8 @@ def test_demo_end_to_end_offline(tmp_path, runner, offline):
         page = (home / "report.html").read_text()
         assert page.startswith("<!DOCTYPE html>") or "<html" in page[:500]
         assert "smollm2-135m" in page
+        for figure in ("sink-card", "sink-map"):  # the sink section is drawn, on real data
+            assert f'data-figure="{figure}"' in page
 
     again = runner.invoke(app, ["demo", "--home", str(home), "-q", "-j", "1", "--no-report"])
     assert again.exit_code == 0, again.output

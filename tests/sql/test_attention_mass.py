@@ -245,7 +245,8 @@ def test_a_sampled_capture_estimates_what_the_dense_one_measures(tmp_path):
                                "and head = 1").fetchone()[0]
     finally:
         con.close()
-    assert got["sampled"][:2] == got["dense"][:2]  # every head and text on the same side of epsilon
+    # the pooled rate is the dense one; the per-text rate needs every position of a text (none here)
+    assert got["sampled"][1] == got["dense"][1] and got["sampled"][0] is None and got["dense"][0] is not None
     for layer, head, d, s, n in heads:
         # within 4 standard errors of the sampled positions past 0-3 (the first four are all kept)
         sd = truth[(layer, head)]["token0"][tq >= 4].std()
