@@ -45,13 +45,18 @@ where list_contains($models, c.model)
 order by checkpoint, c.input_kind
 """
 
+# Per layer: the per-text rate where every position of the texts was captured, else the pooled one
+# (a sampled capture: the share of heads whose pooled mean exceeds epsilon).
 _PROFILE = """
-select t.model, t.input_kind, t.layer, avg(t.is_sink::int) as rate
-from sink_texts t
-where list_contains($models, t.model)
+select h.model, h.input_kind, h.layer,
+    coalesce(avg(h.sink_text_share), avg(h.is_sink::int)) as rate,
+    case when count(h.sink_text_share) > 0 then 'per text (Gu et al.)' else 'pooled' end as estimator
+from sink_heads h
+where list_contains($models, h.model)
 group by all
 order by all
 """
+ESTIMATORS = ("per text (Gu et al.)", "pooled")
 
 KINDS = ("natural", "random", "repeated")
 
@@ -167,7 +172,8 @@ def build_card(con: duckdb.DuckDBPyConnection, models=None, series=None, head=No
     points = alt.Chart(values(long)).mark_point(size=90, filled=True).encode(
         x=x, y=y, color=kind_color, tooltip=[*tip, alt.Tooltip("n_heads:Q", title="heads"),
                                              alt.Tooltip("n_texts:Q", title="texts")],
-        shape=alt.Shape("estimator:N", title="estimator", scale=alt.Scale(range=["circle", "triangle-up"])),
+        shape=alt.Shape("estimator:N", title="estimator",
+                        scale=alt.Scale(domain=list(ESTIMATORS), range=["circle", "triangle-up"])),
         yOffset=alt.YOffset("input_kind:N", sort=list(KINDS)))
     layers = [points]
     if anchors:
@@ -180,14 +186,20 @@ def build_card(con: duckdb.DuckDBPyConnection, models=None, series=None, head=No
     profile_rows = rows(con, _PROFILE, {"models": chosen})
     label = {d["model"]: d["checkpoint"] for d in card}
     profile_rows = [{**d, "checkpoint": label.get(d["model"], d["model"])} for d in profile_rows]
+    pooled_only = sorted({d["checkpoint"] for d in profile_rows if d["estimator"] == "pooled"})
     profile = alt.Chart(values(profile_rows)).mark_line(point=True).encode(
         x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1)),
-        y=alt.Y("rate:Q", title="per-text sink rate", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("rate:Q", title="sink rate of the layer's heads", axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1])),
         color=kind_color, detail="checkpoint:N",
+        strokeDash=alt.StrokeDash("estimator:N", title="estimator", scale=alt.Scale(domain=list(ESTIMATORS),
+                                                                                   range=[[1, 0], [4, 3]])),
         tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("input_kind:N"), alt.Tooltip("layer:Q"),
-                 alt.Tooltip("rate:Q", format=".1%")],
+                 alt.Tooltip("estimator:N"), alt.Tooltip("rate:Q", format=".1%")],
     ).properties(width=320, title=alt.TitleParams(
-        "Per layer", subtitle=["StreamingLLM (Xiao et al. 2024, Fig. 12): ~0 in layers 0-1, 0.6-0.9 from layer 2 on."]))
+        "Per layer", subtitle=["StreamingLLM (Xiao et al. 2024, Fig. 12): ~0 in layers 0-1, 0.6-0.9 from layer 2 on.",
+                               *([f"Dashed: pooled (sampled capture, no per-text rate): {', '.join(pooled_only)}."]
+                                 if pooled_only else [])]))
     built = alt.hconcat(rates, profile).properties(title=alt.TitleParams(
         "The sink card: attention sinks as Gu et al. measure them",
         subtitle=[f"A head has a sink on a text when its mean weight on token 0 over the text's first {context} "

@@ -362,8 +362,8 @@ GOLDEN["series-depth-heatmap-rq"] = GOLDEN["series-depth-heatmap-rk"]
 GOLDEN["sink-card"] = {"hconcat": [
     {"layer": [{"mark": "point", "encoding": ["color=input_kind:nominal", "shape=estimator:nominal", "x=rate:quantitative",
                                               "y=checkpoint:nominal", "yOffset=input_kind:nominal"]}]},
-    {"mark": "line", "encoding": ["color=input_kind:nominal", "detail=checkpoint:nominal", "x=layer:quantitative",
-                                  "y=rate:quantitative"]}]}
+    {"mark": "line", "encoding": ["color=input_kind:nominal", "detail=checkpoint:nominal",
+                                  "strokeDash=estimator:nominal", "x=layer:quantitative", "y=rate:quantitative"]}]}
 
 
 @pytest.mark.parametrize("name", SPEC_NAMES)
