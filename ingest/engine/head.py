@@ -8,7 +8,7 @@ import numpy as np
 
 from qkdb.errors import InputError
 from qkdb.ingest.sources.layout import HeadData, screen_values, within_bound
-from qkdb.ingest.metrics.attention_mass import head_attention_mass, query_masses, text_attention_mass, text_extents
+from qkdb.ingest.metrics.attention_mass import bin_attention_mass, query_masses, text_attention_mass, text_extents
 from qkdb.ingest.metrics.complement import complement_pairs
 from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
@@ -260,8 +260,7 @@ def _attention_mass(q: KindData, k: KindData, ctx: HeadContext, rows: HeadRows) 
                        window=qd.sliding_window)
     # (how far each text reaches: a text shorter than its last position bin weighs only what it has)
     extent = text_extents([qd.example_id, kd.example_id], [qd.positions, kd.positions])
-    got = head_attention_mass(None, qd.positions, None, None, None, None, None, scaling=ctx.scaling, per=per,
-                              extent=int(extent[1].max()))
+    got = bin_attention_mass(per, qd.positions, int(extent[1].max()))
     n = len(got["bin"])
     rows.tables["attention_mass"] = {"layer": np.full(n, ctx.layer), "head": np.full(n, ctx.head),
                                      "input_kind": ctx.input_kind, **got}

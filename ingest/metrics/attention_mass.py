@@ -31,7 +31,7 @@ WINDOWS = (64, 256, 1024)
 # and every recency window is a bin edge.
 BIN_EDGES = np.array([0, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1 << 40], np.int64)
 QUANTITIES = ("token0", "tokens0_3", *(f"recent_{w}" for w in WINDOWS), "captured", "sink_margin", "advantage")
-# each quantity's column in the table (the advantage also gets its mean square: see head_attention_mass)
+# each quantity's column in the table (the advantage also gets its mean square: see bin_attention_mass)
 COLUMNS = {**{q: f"mass_{q}" for q in QUANTITIES}, "captured": "captured_share", "sink_margin": "sink_margin",
            "advantage": "token0_advantage"}
 
@@ -132,20 +132,15 @@ def text_attention_mass(token0, t_q, q_text, *, extent=None, max_position: int =
             "alpha0": sums / np.maximum(counts, 1)}
 
 
-def head_attention_mass(Q, t_q, q_text, lse, K, t_k, k_text, *, scaling, softcap=None, window=None,
-                        per: dict | None = None, extent: int | None = None) -> dict:
-    """A head's ``attention_mass`` rows: per query-position bin with queries, the mean of each quantity
-    over the queries that have it, the mean square of the token-0 advantage, and how many queries
-    there are (and how many saw token 0). ``per``: :func:`query_masses`' result, when already computed.
-    ``extent``: one past the last position of the head's texts (its queries' and keys'); the last
-    bin's ``q_hi`` is cut there (default: from ``t_q`` and ``t_k``)."""
-    if per is None:
-        per = query_masses(Q, t_q, q_text, lse, K, t_k, k_text, scaling=scaling, softcap=softcap, window=window)
+def bin_attention_mass(per: dict, t_q, extent: int) -> dict:
+    """A head's ``attention_mass`` rows from its queries' masses (:func:`query_masses`) at positions
+    ``t_q``: per query-position bin with queries, the mean of each quantity over the queries that have
+    it, the mean square of the token-0 advantage, and how many queries there are (and how many saw
+    token 0). ``extent``: one past the last position of the head's texts (its queries' and keys'); the
+    last bin's ``q_hi`` is cut there."""
     t = np.asarray(t_q, np.int64)
     b = position_bin(t)
     bins = np.unique(b)
-    if extent is None:
-        extent = int(max(t.max(initial=-1), np.asarray(t_k, np.int64).max(initial=-1) if t_k is not None else -1)) + 1
     cols: dict[str, list] = {"bin": [], "q_lo": [], "q_hi": [], "n_queries": [], "n_token0": []}
     cols.update({COLUMNS[q]: [] for q in QUANTITIES})
     cols["token0_advantage_sq"] = []
