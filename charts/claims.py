@@ -115,6 +115,80 @@ FRONT = ("rq-vs-rk", "bias-strength", "bias-vs-separation", "series-bias-decompo
 N_FRONT = 4
 
 
+NO_DATA = "no data"
+MIXED = "mixed"
+PARTLY = "partly tested"
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """What a claim's findings rows say together.
+
+    Every row of a claim is one of its parts: the seed states each number (overall, per family,
+    per group of models, over a series) as part of the claim. The claim *holds* (or *does not
+    hold*, or is *inconclusive*) only when every part has data and they agree; with some parts
+    without data it is *partly tested*, whatever the tested parts say; parts with data that
+    disagree make it *mixed*; no part with data, *no data*.
+    """
+
+    status: str
+    parts: tuple[dict, ...]
+
+    @property
+    def tested(self) -> tuple[dict, ...]:
+        return tuple(r for r in self.parts if has_data(r))
+
+    @property
+    def untested(self) -> tuple[dict, ...]:
+        return tuple(r for r in self.parts if not has_data(r))
+
+    @property
+    def tested_status(self) -> str:
+        """The verdict the tested parts share, ``mixed`` when they differ, ``no data`` without any."""
+        seen = {r.get("status") for r in self.tested}
+        return NO_DATA if not seen else seen.pop() if len(seen) == 1 else MIXED
+
+    @property
+    def label(self) -> str:
+        """The verdict as printed: ``partly tested: 1 of 5 parts`` when some parts have no data."""
+        if self.status == PARTLY:
+            return f"{PARTLY}: {len(self.tested)} of {len(self.parts)} parts"
+        return self.status
+
+
+def has_data(r: dict) -> bool:
+    return r.get("status") not in (None, NO_DATA)
+
+
+def claim_state(rs: list[dict]) -> ClaimState:
+    """The claim's verdict from all of its rows (see :class:`ClaimState`)."""
+    parts = tuple(rs)
+    tested = [r for r in parts if has_data(r)]
+    if not tested:
+        status = NO_DATA
+    elif len(tested) < len(parts):
+        status = PARTLY
+    else:
+        seen = {r["status"] for r in tested}
+        status = seen.pop() if len(seen) == 1 else MIXED
+    return ClaimState(status, parts)
+
+
+def claim_states(findings: list[dict]) -> dict[str, ClaimState]:
+    """Every claim group's state, by key, in the groups' order."""
+    return {g.key: claim_state([r for r in findings if group_of(r["id"]) is g]) for g in GROUPS}
+
+
+def claim_counts(states) -> str:
+    """'2 hold, 1 does not hold, 3 mixed, 9 partly tested, 5 without data (of 20 claims)'."""
+    states = list(states)
+    n = {s: sum(c.status == s for c in states) for s in ("holds", "does not hold", "inconclusive", MIXED, PARTLY, NO_DATA)}
+    parts = [f"{n['holds']} hold", f"{n['does not hold']} {'does' if n['does not hold'] == 1 else 'do'} not hold",
+             f"{n['inconclusive']} inconclusive", f"{n[MIXED]} mixed", f"{n[PARTLY]} partly tested",
+             f"{n[NO_DATA]} without data"]
+    return ", ".join(parts) + f" (of {len(states)} claims; a claim holds only when all its parts have data and hold)"
+
+
 def group_of(finding_id: str) -> ClaimGroup | None:
     """The claim group a findings row belongs to (the longest matching key)."""
     matches = [g for g in GROUPS if g.owns(finding_id)]

@@ -213,13 +213,20 @@ def _claim_section(group: claims.ClaimGroup, findings: list[dict], drawn: list[D
                    missing: list[tuple[str, str, str]], given: dict) -> str:
     rs = scorecard.group_rows(group, findings)
     h = scorecard.headline(group, rs)
-    status = scorecard.claim_verdict(rs)
+    state = claims.claim_state(rs)
     card = [f'<div class="seedtag">{html.escape(claims.SEEDS[group.seed])} · {html.escape(group.label)}</div>',
             f'<h3 class="claimtext">{html.escape(group.claim)}</h3>']
     if h:
+        why = ""
+        if state.status == scorecard.MIXED:
+            why = '<span class="vals">its rows disagree: each has its verdict below</span><br>'
+        elif state.status == claims.PARTLY:
+            why = (f'<span class="vals">{len(state.untested)} of its {len(state.parts)} parts have no data '
+                   f'({html.escape(", ".join(r["id"] for r in state.untested))}); the tested ones '
+                   f'{"agree: " + html.escape(state.tested_status) if state.tested_status != scorecard.MIXED else "disagree"}'
+                   "</span><br>")
         card.append(
-            f'<div class="headline">{verdict(status)} '
-            + ('<span class="vals">its rows disagree: each has its verdict below</span><br>' if status == scorecard.MIXED else "")
+            f'<div class="headline">{verdict(state.status, state.label)} ' + why
             + f'<span class="value">{html.escape(scorecard.measured_text(h, given)) or "no data"}</span>'
             f'<br><span class="vals">{esc(h.get("statement"))} · seed {esc(h.get("seed_value"))} · '
             f'{esc(h.get("criterion"))}</span></div>'
@@ -448,11 +455,14 @@ def _build_report(con, *, models, series, title, progress, findings_from, helper
         body.append('<p class="verdicts">' + "".join(
             f'<span class="{status_class(s)}">{counts[s]} {html.escape(s)}</span>' for s in STATUSES
         ) + f'<span class="meta">of {len(findings)} findings rows</span></p>')
+        body.append(f'<p class="meta claims-count">Claims: {html.escape(claims.claim_counts(claims.claim_states(findings).values()))}</p>')
         body.append(
             '<p class="meta">One row per claim: the seed\'s value, the value measured on the ingested models with its 95% '
             "interval, and the verdict. A row <em>holds</em> or <em>does not hold</em> only when the interval decides it "
-            "against the criterion; otherwise it is <em>inconclusive</em> (docs/findings.md). A claim takes the verdict "
-            "its rows with data agree on; where they disagree it reads <em>mixed</em> and its rows are listed under it. "
+            "against the criterion; otherwise it is <em>inconclusive</em> (docs/findings.md). Every row of a claim is one "
+            "of its parts. A claim takes the verdict all its parts agree on; where some have no data it reads "
+            "<em>partly tested: k of n parts</em>, where those with data disagree <em>mixed</em>, and its parts are "
+            "listed under it. "
             "A difference or ratio of two means is printed with the two. The chips count all the claim's rows by "
             "verdict; the claim's section has each of them.</p>"
         )

@@ -39,6 +39,8 @@ code { font-size: 12.5px; background: #f3f4f6; padding: 0 3px; border-radius: 3p
 .verdict.holds { background: var(--holds); } .verdict.does-not-hold { background: var(--fails); }
 .verdict.inconclusive { background: var(--inconclusive); } .verdict.no-data { background: var(--nodata); }
 .verdict.mixed { background: var(--mixed); }
+/* A claim with parts untested: never the colour of a verdict, so it cannot be read as one. */
+.verdict.partly-tested { background: #fff; color: #59636e; border: 1.5px dashed #8c8c8c; white-space: normal; }
 .verdicts span { font-weight: bold; margin-right: 1.2em; font-size: 15px; }
 .verdicts .holds { color: var(--holds); } .verdicts .does-not-hold { color: var(--fails); }
 .verdicts .inconclusive { color: var(--inconclusive); } .verdicts .no-data { color: var(--nodata); }
@@ -198,9 +200,9 @@ def status_class(status: str | None) -> str:
     return (status or "no data").replace(" ", "-")
 
 
-def verdict(status: str | None) -> str:
+def verdict(status: str | None, label: str | None = None) -> str:
     s = status or "no data"
-    return f'<span class="verdict {status_class(s)}">{html.escape(s)}</span>'
+    return f'<span class="verdict {status_class(s)}">{html.escape(label or s)}</span>'
 
 
 def json_for_script(obj) -> str:

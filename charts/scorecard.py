@@ -2,9 +2,10 @@
 
 A claim (a :class:`~qkdb.charts.claims.ClaimGroup`) is measured by several ``findings`` rows: its
 parts (Q and K shares, a mean and a difference of means), its scopes (overall, per family). The
-scorecard's verdict for the claim is the verdict its rows with data agree on; where they disagree
-it is **mixed**, and the claim's rows are listed under it, each with its own value and verdict, so
-a claim never reads *holds* while one of its own measurements does not hold. A row that is a
+scorecard's verdict for the claim is the verdict all its rows agree on. Where some rows have no data
+it is **partly tested: k of n parts**, and where the rows with data disagree it is **mixed**; then
+the claim's rows are listed under it, each with its own value and verdict, and the parts without
+data are named, so a claim never reads *holds* while one of its parts does not hold or was not tested. A row that is a
 difference or a ratio of two means (or a group's lead over the others) prints with its two inputs,
 as ``findings.measured`` gives them, so that ``0.07`` reads as ``0.55 - 0.48 = 0.07``.
 """
@@ -19,8 +20,8 @@ from qkdb.charts import claims
 from qkdb.charts.data import rows
 from qkdb.charts.report_html import STATUSES, esc, status_class, verdict
 
-MIXED = "mixed"
-NO_DATA = "no data"
+MIXED = claims.MIXED
+NO_DATA = claims.NO_DATA
 
 # The group a lead (sql/finding_inputs.sql, stat 'lead') is measured against: the highest other one.
 # The two means themselves are in findings.measured ('45.0% - 30.0% = 15.0%', from finding_values).
@@ -35,11 +36,8 @@ order by id, scope
 
 
 def claim_verdict(rs: list[dict]) -> str:
-    """The claim's verdict from its rows: the status its rows with data share, ``mixed`` when they differ, else ``no data``."""
-    seen = {r.get("status") for r in rs if r.get("status") not in (None, NO_DATA)}
-    if not seen:
-        return NO_DATA
-    return seen.pop() if len(seen) == 1 else MIXED
+    """The claim's verdict from all its rows (:func:`qkdb.charts.claims.claim_state`)."""
+    return claims.claim_state(rs).status
 
 
 def inputs(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict]:
@@ -60,12 +58,8 @@ def group_rows(group: claims.ClaimGroup, findings: list[dict]) -> list[dict]:
 
 
 def headline(group: claims.ClaimGroup, rs: list[dict]) -> dict | None:
-    """The row that stands for the claim: its headline row, else (without data) the first row with data."""
-    with_data = [r for r in rs if r.get("status") not in (None, NO_DATA)]
-    head = next((r for r in rs if r["id"] == group.headline), None)
-    if head is not None and (head.get("status") not in (None, NO_DATA) or not with_data):
-        return head
-    return with_data[0] if with_data else (rs[0] if rs else None)
+    """The claim's own headline row, with data or not: never a row picked because it has data."""
+    return next((r for r in rs if r["id"] == group.headline), None)
 
 
 def tally(rs: list[dict]) -> str:
@@ -79,37 +73,45 @@ def tally(rs: list[dict]) -> str:
 
 
 def scorecard(findings: list[dict], given: dict[tuple[str, str], dict]) -> str:
-    """The scorecard table: a row per claim with its verdict; a mixed claim's rows with data listed under it."""
+    """The scorecard table: a row per claim with its verdict; a mixed or partly tested claim's parts listed under it."""
     out = ['<table class="scorecard"><colgroup><col style="width:40%"><col style="width:12%"><col style="width:24%">'
            '<col style="width:13%"><col style="width:11%"></colgroup>'
            '<thead><tr><th>claim</th><th>seed says</th><th>measured here [95% interval]</th>'
            "<th>verdict</th><th>all its rows</th></tr></thead><tbody>"]
     for g in claims.GROUPS:
         rs = group_rows(g, findings)
-        status = claim_verdict(rs)
-        h = headline(g, rs) or {}
+        state = claims.claim_state(rs)
+        key = html.escape(g.key)
         claim = (f'<span class="seedtag">{g.key.split(".")[0]} · {html.escape(g.label)}</span> '
                  f'<a href="#{g.anchor}">{html.escape(g.claim)}</a>')
-        if status == MIXED:
-            listed = [r for r in rs if r.get("status") not in (None, NO_DATA)]
+        if state.status in (MIXED, claims.PARTLY):
+            said = (f"its {len(state.tested)} parts disagree:" if state.status == MIXED
+                    else f"{len(state.tested)} of {len(state.parts)} parts tested:")
             out.append(
-                f'<tr class="{status_class(status)}" data-claim="{html.escape(g.key)}"><td class="claim">{claim}</td>'
-                f'<td class="num"></td><td class="num">its {len(listed)} rows with data disagree:</td>'
-                f'<td>{verdict(status)}</td><td>{tally(rs)}</td></tr>'
+                f'<tr class="{status_class(state.status)}" data-claim="{key}"><td class="claim">{claim}</td>'
+                f'<td class="num"></td><td class="num">{said}</td>'
+                f'<td>{verdict(state.status, state.label)}</td><td>{tally(rs)}</td></tr>'
             )
             out.extend(
-                f'<tr class="subrow {status_class(r.get("status"))}" data-claim="{html.escape(g.key)}" '
+                f'<tr class="subrow {status_class(r.get("status"))}" data-claim="{key}" '
                 f'data-row="{html.escape(r["id"])}"><td class="claim"><a href="#f-{html.escape(r["id"])}">'
                 f'{esc(r.get("statement"))}</a>{_scope(r)}</td><td class="num">{esc(r.get("seed_value"))}</td>'
                 f'<td class="num">{html.escape(measured_text(r, given))}</td><td>{verdict(r.get("status"))}</td><td></td></tr>'
-                for r in listed
+                for r in state.tested
             )
+            if state.untested:
+                names = ", ".join(f'<a href="#f-{html.escape(r["id"])}">{html.escape(r["id"])}</a>' for r in state.untested)
+                out.append(
+                    f'<tr class="subrow no-data" data-claim="{key}" data-row="untested"><td class="claim" colspan="3">'
+                    f"without data ({len(state.untested)} parts): {names}</td><td>{verdict(NO_DATA)}</td><td></td></tr>"
+                )
             continue
+        h = headline(g, rs) or {}
         out.append(
-            f'<tr class="{status_class(status)}" data-claim="{html.escape(g.key)}"><td class="claim">{claim}</td>'
+            f'<tr class="{status_class(state.status)}" data-claim="{key}"><td class="claim">{claim}</td>'
             f'<td class="num">{esc(h.get("seed_value"))}</td>'
             f'<td class="num">{html.escape(measured_text(h, given)) or "—"}</td>'
-            f'<td>{verdict(status)}</td><td>{tally(rs)}</td></tr>'
+            f'<td>{verdict(state.status)}</td><td>{tally(rs)}</td></tr>'
         )
     out.append("</tbody></table>")
     return "\n".join(out)

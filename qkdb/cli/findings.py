@@ -101,7 +101,8 @@ def findings(
                 rows = [dict(zip(TERMINAL_COLUMNS, r)) for r in cur.fetchall()]
             else:
                 result = con.sql(f"select * from {source}").to_arrow_table()
-                rows = [{"status": s} for s in result.column("status").to_pylist()]
+                rows = [{"id": i, "status": s} for i, s in zip(result.column("id").to_pylist(),
+                                                                result.column("status").to_pylist())]
         except duckdb.Error as exc:
             raise QueryError(f"the findings view failed: {str(exc).strip()}") from None
         stale = api.stale_models(home_dir(home), con)
@@ -113,12 +114,17 @@ def findings(
     for line in subsets:
         note(line)
     counts = status_counts([r["status"] for r in rows])
+    from qkdb.charts import claims
+
+    claim_line = "claims: " + claims.claim_counts(claims.claim_states(rows).values())
     if not terminal:
         write_table(result, format, output)
         note(f"{counts} (values with their 95% intervals)")
+        note(claim_line)
         return
     shown = rows if all_rows else [r for r in rows if r["status"] != "no data"]
     note(counts + ("" if all_rows or len(shown) == len(rows) else " (--all lists those too)"))
+    note(claim_line)
     import shutil
     import sys
 

@@ -199,14 +199,18 @@ def test_scorecard_has_every_claim_with_its_interval_and_verdict(full_report):
         assert g.headline in by_id  # every group's headline row exists in the view
         mine = [r for r in full_report.findings if claims.group_of(r["id"]) is g]
         with_data = [r for r in mine if r["status"] != "no data"]
-        expected = ("no data" if not with_data else with_data[0]["status"]
-                    if len({r["status"] for r in with_data}) == 1 else "mixed")
+        expected = ("no data" if not with_data else "partly tested" if len(with_data) < len(mine)
+                    else with_data[0]["status"] if len({r["status"] for r in with_data}) == 1 else "mixed")
         assert scorecard.claim_verdict(mine) == expected
         assert f'href="#{g.anchor}"' in row and cls == expected.replace(" ", "-")
-        assert f'<span class="verdict {cls}">{expected}</span>' in row
+        label = expected if expected != "partly tested" else f"partly tested: {len(with_data)} of {len(mine)} parts"
+        assert f'<span class="verdict {cls}">{label}</span>' in row
         listed = [r[2] for r in rows if r[1] == g.key and r[0].startswith("subrow")]
-        if expected == "mixed":  # its rows with data, each with its own verdict
-            assert listed == [r["id"] for r in with_data]
+        if expected in ("mixed", "partly tested"):  # its rows with data, each with its own verdict
+            assert listed == [r["id"] for r in with_data] + (["untested"] if expected == "partly tested" else [])
+            if expected == "partly tested":  # the parts without data are named
+                untested = next(x for x in rows if x[1] == g.key and x[2] == "untested")
+                assert all(r["id"] in untested[3] for r in mine if r["status"] == "no data")
             for r in with_data:
                 sub = next(x for x in rows if x[2] == r["id"])
                 assert f'<span class="verdict {r["status"].replace(" ", "-")}">{r["status"]}</span>' in sub[3]
@@ -242,8 +246,14 @@ def test_a_claim_whose_rows_disagree_reads_mixed_and_lists_them():
     assert "does not hold" in fig01[1][3] and "0.55 [0.50, 0.61]" in fig01[1][3]
     # The difference row prints with its two inputs.
     assert "0.55 - 0.48 = 0.07 [0.01, 0.13]" in fig01[2][3]
-    # Rows that agree give their verdict (a row without data does not count); none are listed.
-    assert rows["003.F2"][0][0] == "holds" and len(rows["003.F2"]) == 1
+    # Rows with data that agree do not make a claim hold while a part has no data (issue 47): it is
+    # partly tested, its tested parts listed with their verdicts and the untested one named.
+    f2 = rows["003.F2"]
+    assert f2[0][0] == "partly-tested" and "partly tested: 2 of 3 parts" in f2[0][3] and "holds" not in f2[0][0]
+    assert [r[2] for r in f2[1:]] == ["003.F2.accuracy", "003.F2.fisher", "untested"]
+    assert "003.F2.separation" in f2[3][3]
+    one = scorecard.scorecard([_finding("003.F2.accuracy", "holds"), _finding("003.F2.fisher", "holds")], {})
+    assert '<span class="verdict holds">holds</span>' in one  # every part with data, all hold
     assert rows["003.F3"][0][0] == "mixed" and len(rows["003.F3"]) == 3  # holds + inconclusive: not "holds"
     assert rows["003.F1"][0][0] == "no-data" and '<span class="verdict no-data">no data</span>' in rows["003.F1"][0][3]
     assert scorecard.claim_verdict([]) == "no data"
@@ -507,3 +517,18 @@ def test_captions_do_not_repeat_their_subtitles(full_report, page):
         caption = caption.split("The seed")[0]  # the seed's own values may well match the drawing's
         shared = _numbers(" ".join(subs)) & _numbers(caption)
         assert not shared, (name, shared, subs, caption)
+
+
+def test_a_claim_with_one_part_measured_is_partly_tested_and_its_headline_is_its_own():
+    from qkdb.charts import scorecard
+
+    # Issue 47's case: of 003.ap's five parts only "AP falls" has data, and it holds.
+    ids = ["003.ap.content_vs_qpos", "003.ap.qpos_vs_posdom", "003.ap.drop", "003.ap.lc_overall", "003.ap.lc_last20"]
+    rs = [_finding(i, "holds" if i == "003.ap.drop" else "no data") for i in ids]
+    state = claims.claim_state(rs)
+    assert state.status == "partly tested" and state.label == "partly tested: 1 of 5 parts"
+    assert [r["id"] for r in state.untested] == [i for i in ids if i != "003.ap.drop"]
+    group = claims.group_of("003.ap.drop")
+    assert scorecard.headline(group, rs)["id"] == group.headline == "003.ap.content_vs_qpos"  # not the row with data
+    counts = claims.claim_counts([state, claims.claim_state([_finding("002.lemma", "holds")])])
+    assert counts.startswith("1 hold, 0 do not hold, 0 inconclusive, 0 mixed, 1 partly tested, 0 without data (of 2 claims")

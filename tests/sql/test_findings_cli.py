@@ -377,6 +377,15 @@ def test_cli_findings_formats_and_filters(runner, warehouse):
     assert len(rows) == N_CLAIMS and {"id", "measured", "seed_value", "holds", "criterion"} <= set(rows[0])
     assert "hold" in res.stderr
     full = {r["id"]: r for r in rows}
+    # The claims' line counts a claim as holding only when every part of it has data and holds (issue 47).
+    from qkdb.charts import claims
+
+    states = claims.claim_states(rows).values()
+    assert "claims: " + claims.claim_counts(states) in res.stderr
+    n_partly = sum(s.status == "partly tested" for s in states)
+    assert n_partly == sum(any(r["status"] == "no data" for r in s.parts) and any(r["status"] != "no data" for r in s.parts)
+                           for s in states)
+    assert f"{n_partly} partly tested" in res.stderr
 
     res = runner.invoke(app, ["findings", "--home", str(warehouse), "--model", "sim-a", "-f", "jsonl"])
     assert res.exit_code == 0, res.output
