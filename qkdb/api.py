@@ -505,6 +505,13 @@ def import_benchmarks(paths: Iterable[str | os.PathLike], home: str | os.PathLik
     warehouse.ensure_catalog(where)
     stored = warehouse.store_benchmarks(where, {"benchmark_scores": scores, "benchmark_models": models})
     notes = refresh_findings(where)
+    con = benchmarks_connection(where)
+    try:
+        from qkdb.warehouse.benchmark_mapping import unmapped_notes
+
+        notes += unmapped_notes(con, [(r["benchmark"], r["bench_model"]) for r in scores])
+    finally:
+        con.close()
     return {"files": files, "stored": stored, "notes": notes,
             "runs": sorted({(r["benchmark"], r["bench_model"], r["mode"]) for r in scores})}
 
@@ -514,9 +521,19 @@ def map_benchmark_model(model: str, bench_model: str, *, benchmark: str = "longb
     """Say which benchmarked model a captured model stands for (a ``benchmark_models`` row; replaces one for the same model and benchmark).
 
     ``match_kind`` is 'exact' (the scored checkpoint is the captured one), 'base_vs_instruct' or 'other'.
+    Raises :class:`~qkdb.errors.InputError` (not found) when ``bench_model`` has no scores on
+    ``benchmark``, naming the close names; the notes say when ``model`` is not ingested and which
+    mapping (the registry's or an earlier one) this replaces.
     """
     row = warehouse.benchmark_model_row(model, benchmark, bench_model, match_kind, note)
     where = warehouse.resolve_home(home)
+    con = benchmarks_connection(where)
+    try:
+        # Refused before anything is written: a benchmarked model without scores (a typo) would
+        # silently drop the captured model from every fit.
+        said = warehouse.check_mapping(con, row)
+    finally:
+        con.close()
     warehouse.ensure_catalog(where)
     stored = warehouse.store_benchmarks(where, {"benchmark_models": [row]})
-    return {"row": row, "stored": stored, "notes": refresh_findings(where)}
+    return {"row": row, "stored": stored, "notes": said + refresh_findings(where)}

@@ -23,13 +23,13 @@
 with recursive
 pts as (
     select source, benchmark, mode, metric as x_metric, 'overall' as y_metric, null::varchar as span,
-        model, family, match_kind, value as x, score as y
+        model, family, match_kind, value as x, score as y, 0 as left_out
     from plasticity_benchmark
     where only_source is null or source = only_source
     union all by name
     select distinct source, benchmark, mode, 'ap_length_retention' as x_metric, 'score_length_retention' as y_metric,
         printf('%dk-%dk', first_length // 1024, last_length // 1024) as span,
-        model, family, match_kind, ap_retention as x, score_retention as y
+        model, family, match_kind, ap_retention as x, score_retention as y, n_truncated_left_out as left_out
     from plasticity_length
     where ap_retention is not null and score_retention is not null
         and (only_source is null or source = only_source)
@@ -65,6 +65,7 @@ g as (
         list(ry order by i) as rys,
         sqrt(sum(xc * xc) * sum(y * y)) as scale,
         sqrt(sum((rx - mid_rank) * (rx - mid_rank)) * sum(ry * ry)) as scale_rank,
+        sum(left_out) as n_truncated_left_out,
         string_agg(model || case when match_kind <> 'exact' then ' (' || match_kind || ')' else '' end, ', ' order by model) as models
     from ranked
     group by gid, source, benchmark, mode, x_metric, y_metric, span
@@ -126,7 +127,8 @@ select
             case when g.n < 10 then printf('%d models (fewer than 10)', g.n) end,
             case when g.n_exact < g.n then printf('%d of %d matches not exact', g.n - g.n_exact, g.n) end)
     end as why,
-    g.models
+    g.models,
+    g.n_truncated_left_out
 from g
 left join pv using (gid)
 left join boot b using (gid)

@@ -17,6 +17,7 @@
 -- Column input_y: For a difference or ratio of two means: the second (mean y); for a group's lead: the highest other group's mean.
 -- Column sum_x: Sum of the rows' x.
 -- Column n_models: Models with rows.
+-- Column models: The models whose heads have values here (findings names the ingested layers of those captured in part).
 -- Column n_heads: Heads behind the value (pairs for a correlation; the later checkpoint's for a change).
 with
 -- (only the columns used below: the copy is every head's rows, ~30 a head)
@@ -48,6 +49,7 @@ agg as (
             else 'these models'
         end as estimand,
         count(distinct fi.model) as n_models,
+        list(distinct fi.model order by fi.model) filter (where fi.x is not null or fi.y is not null) as models,
         count(fi.x) as n_x,
         count(fi.x) filter (where fi.arm = 1) as n_x1,
         count(*) filter (where fi.x is not null and fi.y is not null) as n_xy,
@@ -125,6 +127,7 @@ est as (
         case when a.stat in ('diff_of_means', 'ratio_of_means') then a.mean_y when a.stat = 'lead' then l.input_y end as input_y,
         a.sum_x,
         a.n_models,
+        a.models,
         case
             when a.stat = 'corr' then a.n_xy
             when a.stat like 'arm%' then a.n_x1

@@ -1,6 +1,6 @@
 -- One row per headline finding of seeds 002 and 003: the seed's claim, the value measured on the ingested models with its 95% interval, and whether the claim holds here.
 -- Seed: every numbered finding of seed 003 (combined Q/K PCA) and seed 002 (planar rotation), the numbers in their tables, and the numbers their figure tables quote.
--- Depends: params, finding_values, finding_state, finding_intervals, benchmark_fit
+-- Depends: params, finding_values, finding_state, finding_intervals, benchmark_fit, ingested_layers
 -- How it is built: `claims` lists every finding once (what the seed says and how to test it);
 -- the measured values are computed from `finding_inputs` (the heads each finding rests on) with
 -- the finding's statistic, in `finding_values`; their 95% intervals come from `finding_intervals`, which qkdb
@@ -30,7 +30,7 @@
 -- Column finding: Where the seed states it: 'Finding N', 'figure NN' or 'Lemma'.
 -- Column statement: What is measured, in words.
 -- Column scope: Which heads: 'overall', a family, a group of models, or a series span (first -> last checkpoint compared).
--- Column estimand: What the interval is about: 'these models' (the ingested models as they are; their heads resampled) or 'models like these' (the population of models they stand for: the models resampled); the seeds' overall claims are the latter once several models are pooled.
+-- Column estimand: What the interval is about: 'these models' (the ingested models as they are; their heads resampled) or 'models like these' (the population of models they stand for: the models resampled); the seeds' overall claims are the latter once several models are pooled. Where a model behind the row was ingested in some of its layers, the layers follow: 'these models: layers 0-25 of 30' (with the model's name when several models are pooled).
 -- Column seed_value: The seed's value as the seed states it.
 -- Column measured: The value measured here with its 95% interval in brackets, formatted like the seed's (ranges lo-hi, changes from -> to).
 -- Column ci_low: Lower end of the 95% interval of measured_value (for a range across models: the lowest end of every model's interval), on the scale of seed_number.
@@ -245,8 +245,8 @@ ecl as (
     qualify row_number() over (partition by f.y_metric, f.mode order by f.n desc, f.span desc) = 1
 ),
 measured as (
-    select id, scope, stat, estimand, value, value_lo, value_hi, v_from, v_to, input_x, input_y, sum_x, n_models, n_heads, ci_low, ci_high,
-           low_max, high_min, ci_method, null::varchar as text
+    select id, scope, stat, estimand, value, value_lo, value_hi, v_from, v_to, input_x, input_y, sum_x, n_models, models, n_heads,
+           ci_low, ci_high, low_max, high_min, ci_method, null::varchar as text
     from ivc
     where id not in ('002.F5.family')
     union all by name
@@ -270,6 +270,7 @@ judged as (
         m.sum_x,
         m.text,
         m.n_models,
+        m.models,
         m.n_heads,
         m.ci_low,
         m.ci_high,
@@ -379,7 +380,12 @@ select
     f.finding,
     f.statement,
     coalesce(f.measured_scope, f.scope) as scope,
-    f.estimand,
+    -- A model captured in some of its layers: the row is about those layers, and says so on itself
+    -- (in every format and in stored rows, not only in a note on stderr).
+    f.estimand || coalesce(': ' || (
+        select string_agg(if(len(f.models) = 1, '', il.model || ' ') || il.description, '; ' order by il.model)
+        from ingested_layers il
+        where il.subset and list_contains(f.models, il.model)), '') as estimand,
     f.seed_value,
     case
         when f.value is null then null

@@ -11,7 +11,7 @@
 -- Column layers_ingested: How many of them have at least one ingested head.
 -- Column layers: The ingested layers, in order.
 -- Column subset: Whether fewer layers are ingested than the model has (FALSE when n_layers is unknown).
--- Column description: The ingested layers in words: 'layers 0-3 of 16', '12 of 16 layers (0, 2, 3, ...)', or 'all 16 layers'.
+-- Column description: The ingested layers in words: 'layers 0-3 of 16', '4 of 16 layers (0, 8, 11, 12)', '26 of 30 layers (all but 3, 9, 17, 28)', or 'all 16 layers'.
 -- Column note: For a subset, the line `qkdb findings` and the report print about it; NULL otherwise.
 with per_model as (
     select model, any_value(n_layers) as n_layers, list(distinct layer order by layer) as layers
@@ -48,6 +48,9 @@ select
         when not subset then 'all ' || coalesce(n_layers, layers_ingested) || ' layers'
         when contiguous and layers_ingested > 1 then printf('layers %d-%d of %d', layers[1], layers[len(layers)], n_layers)
         when layers_ingested = 1 then printf('layer %d of %d', layers[1], n_layers)
+        -- a few layers missing: those are the ones to name
+        when layers_ingested > 8 and n_layers - layers_ingested <= 8 then printf('%d of %d layers (all but %s)', layers_ingested, n_layers,
+            array_to_string(list_filter(range(n_layers), lambda l: not list_contains(layers, l)), ', '))
         else printf('%d of %d layers (%s%s)', layers_ingested, n_layers,
                     array_to_string(layers[1:8], ', '), case when layers_ingested > 8 then ', ...' else '' end)
     end as description

@@ -21,6 +21,7 @@
 -- Column margin_ratio: findings: equivalence margin of a magnitude (Fisher ratio, units, slope ratio) as a factor around the seed's value. Why 2: these scale with head dimension, text and model size, which the seed does not fix.
 -- Column margin_change: findings: a change between checkpoints is tested against this fraction of the seed's change. Why 0.5: "bias collapses by 91%" is not confirmed by a 10% drop; half the seed's change, in its direction, is.
 -- Column benchmark_mode: LIKE pattern on benchmark_scores.mode that the benchmark views read: 'nonthinking' (the default; a captured base model cannot think), 'thinking', or '%' for every mode (each mode stays its own rows and fits; modes are never averaged).
+-- Column benchmark_truncated: Whether retention, per-length joins and fits use length slices longer than their run's context budget (benchmark_scores.truncated: inputs cut to the budget, so not the length they are named for). Default FALSE: left out, and counted in plasticity_length.n_truncated_left_out.
 -- Column sink_epsilon: sink_rate: a head is a sink head when its mean attention weight on token 0 exceeds this (Gu et al. 2025, Table 1: 0.3).
 -- Column sink_context: sink_rate: the mean is over queries at positions below this (Gu et al.: 64-token texts); an edge of attention_mass's bins (4, 16, 64, 256, 1024, ...).
 -- Column lemma_max: findings: the drift lemma holds when max residual_pos_r is below this. Why 1e-10: float64 round-off is ~1e-14; a real failure of the lemma is of order 1.
@@ -37,5 +38,6 @@ select
     0.5::double as margin_change,
     1e-10::double as lemma_max,
     'nonthinking'::varchar as benchmark_mode,
+    false as benchmark_truncated,
     0.3::double as sink_epsilon,
     64::bigint as sink_context

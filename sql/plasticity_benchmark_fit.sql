@@ -20,4 +20,5 @@
 -- Column descriptive_only: n < 10 or a match that is not exact: the fit describes these models only.
 -- Column why: Why the fit is descriptive (NULL when it is not).
 -- Column models: The models, with their match kind where it is not exact.
+-- Column n_truncated_left_out: For retentions: the models' length slices left out for being longer than their run's context budget (benchmark_scores.truncated; params.benchmark_truncated includes them); 0 otherwise.
 select * from benchmark_fit(null)

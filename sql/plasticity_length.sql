@@ -1,6 +1,9 @@
 -- Plasticity by context length beside the benchmark's score at that length, per model: AP of the queries with (L/2, L] tokens of context against the score at length L, and both retentions (longest length over shortest).
 -- Seed: retention AP(64k-128k) / AP(0-8k) against LongBench-Pro's score(128k) / score(8k): r = 0.943 over the author's 7 models (issue 39, from the author's Table 2).
--- Depends: benchmark_runs, models
+-- Depends: benchmark_runs, models, params
+-- Slices longer than their run's context budget (benchmark_scores.truncated) are left out unless
+-- params.benchmark_truncated: LongBench-Pro's 128k and 256k slices of a 120,000-token run scored
+-- inputs cut to 120,000 tokens, and a retention to them mixes cut inputs with whole ones.
 -- qkdb's AP of length L is the empirical estimator's plasticity_profile bin (L/2, L] (queries at
 -- positions [L/2, L)), averaged over the model's heads; a reference source's bins are its own
 -- (the author's first one is 0-8k): lo_tokens and hi_tokens say which. Lengths meet by their upper
@@ -13,6 +16,8 @@
 -- Column ap: AP of the bin (qkdb: mean over heads, empirical estimator).
 -- Column n_heads: Heads behind a qkdb AP.
 -- Column score: The benchmark's score at length L (the run of benchmark_runs).
+-- Column truncated: The score's slice is longer than its run's context budget (only with params.benchmark_truncated).
+-- Column n_truncated_left_out: Length slices of the model's run left out for being longer than its budget.
 -- Column first_length: The shortest length of the model with both an AP and a score.
 -- Column last_length: The longest such length.
 -- Column ap_retention: AP at last_length over AP at first_length.
@@ -32,17 +37,26 @@ aps as (
     from reference_metrics
     where metric = 'ap_length'
 ),
-scores as (
-    select s.benchmark, s.bench_model, s.mode, s.length_tokens, s.score
+all_scores as (
+    select s.benchmark, s.bench_model, s.mode, s.length_tokens, s.score,
+        -- (a file imported before the column existed has it NULL: the same rule as the import's)
+        coalesce(s.truncated, s.length_tokens > s.context_budget, false) as truncated
     from benchmark_scores s
     join benchmark_runs r
         on s.benchmark = r.benchmark and s.bench_model = r.bench_model and s.mode = r.mode
         and s.context_budget is not distinct from r.context_budget and s.best_of is not distinct from r.best_of
     where s.slice_kind = 'token_length' and s.length_tokens is not null
 ),
+-- A slice longer than its run's budget scored cut inputs: left out unless params ask for it.
+scores as (
+    select a.*, count(*) filter (where a.truncated and not p.benchmark_truncated)
+        over (partition by a.benchmark, a.bench_model, a.mode) as n_truncated_left_out
+    from all_scores a cross join params p
+    qualify not (a.truncated and not p.benchmark_truncated)
+),
 j as (
     select a.source, a.model, a.family, bm.benchmark, bm.bench_model, bm.match_kind, sc.mode,
-        a.lo_tokens, a.hi_tokens as length_tokens, a.ap, a.n_heads, sc.score
+        a.lo_tokens, a.hi_tokens as length_tokens, a.ap, a.n_heads, sc.score, sc.truncated, sc.n_truncated_left_out
     from aps a
     join benchmark_models bm on bm.model = a.model
     join scores sc on sc.benchmark = bm.benchmark and sc.bench_model = bm.bench_model and sc.length_tokens = a.hi_tokens

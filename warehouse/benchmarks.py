@@ -55,7 +55,15 @@ def to_table(table: Table, rows: list[dict], origin: str) -> pa.Table:
     # every ingest that builds a catalog)
     schema = file_schema(table)
     cols = {f.name: [origin if f.name == "origin" else r.get(f.name) for r in rows] for f in schema}
+    if "truncated" in cols:  # derived here, never taken from a file: whatever the source, one rule
+        cols["truncated"] = [truncated(r) for r in rows]
     return pa.Table.from_arrays([arrow_array(cols[f.name], f.type) for f in schema], schema=schema)
+
+
+def truncated(row: dict) -> bool:
+    """Whether a score slice is longer than its run's context budget (its inputs were cut to the budget)."""
+    length, budget = row.get("length_tokens"), row.get("context_budget")
+    return row.get("slice_kind") == "token_length" and length is not None and budget is not None and length > budget
 
 
 def write_bundled(home: Path) -> None:

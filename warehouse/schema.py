@@ -455,6 +455,7 @@ BENCHMARK_SCORES = Table(
         Column("run_scores", s, "The overall score of each iteration, ';'-separated, x 100; NULL for slices."),
         Column("source", s, "Where the row comes from: the summary file (<model>/<file>), the CSV, or the paper and table."),
         Column("origin", s, "'bundled' (shipped with qkdb: warehouse/reference/SOURCES.md) or 'imported' (qkdb benchmarks import)."),
+        Column("truncated", pa.bool_(), "TRUE for a length slice longer than its run's context budget (LongBench-Pro ran Qwen3 and Llama with 120,000 tokens: their 128k and 256k inputs were cut), FALSE otherwise. Retention, per-length joins and fits leave these out unless params.benchmark_truncated (SPEC §4.6)."),
     ),
     versioned=False,
 )

@@ -39,13 +39,39 @@ def _check(source: str, metric: str | None = None) -> None:
         raise ChartError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}", kind="usage")
 
 
-def _no_points(source: str, benchmark: str, what: str) -> ChartError:
-    hint = ("no ingested model stands for a model scored on " + benchmark + f" with {what}: ingest one the registry maps "
-            "(`qkdb benchmarks list --mapped`) or map yours (`qkdb benchmarks map MODEL BENCH_MODEL --match-kind KIND`); "
-            "the seeds' author's values are drawn with source='thesis' (qkdb.chart(..., source='thesis'))")
+def _tokens(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def _no_points(con, source: str, benchmark: str, what: str, models: list[str], lengths: bool = False) -> ChartError:
+    """The refusal with its real cause: no mapping, no plasticity, or captures shorter than the benchmark's lengths."""
     if source != "qkdb":
-        hint = f"no {source} values meet a {benchmark} score with {what}"
-    return ChartError(hint, kind="not_found")
+        return ChartError(f"no {source} values meet a {benchmark} score with {what}", kind="not_found")
+    mapped = [r["model"] for r in rows(con, "select distinct model from benchmark_models where benchmark = $b "
+                                            "and list_contains($m, model) order by model", {"b": benchmark, "m": models})]
+    if not mapped:
+        return ChartError(
+            f"no ingested model stands for a model scored on {benchmark} ({', '.join(models) or 'no model ingested'}): "
+            "ingest one the registry maps (`qkdb benchmarks list --mapped`) or map yours (`qkdb benchmarks map MODEL "
+            "BENCH_MODEL --match-kind KIND`); the seeds' author's values are drawn with `--source thesis`", kind="not_found")
+    reach = rows(con, "select max(hi) as hi, count(*) as n from plasticity_profile where estimator = 'empirical' "
+                      "and bin_kind = 'length' and list_contains($m, model)", {"m": mapped})[0]
+    if not reach["n"]:
+        return ChartError(f"{', '.join(mapped)} {'is' if len(mapped) == 1 else 'are'} mapped to {benchmark} but "
+                          "ingested without plasticity (--no-plasticity?): ingest again with it", kind="not_found")
+    if lengths:
+        first = rows(con, "select min(s.length_tokens) as lo from benchmark_scores s join benchmark_models bm "
+                          "on bm.benchmark = s.benchmark and bm.bench_model = s.bench_model "
+                          "where s.benchmark = $b and s.slice_kind = 'token_length' and list_contains($m, bm.model)",
+                     {"b": benchmark, "m": mapped})[0]["lo"]
+        if first is None:
+            return ChartError(f"{benchmark} has no per-length scores for the models {', '.join(mapped)} stand for",
+                              kind="not_found")
+        if reach["hi"] < first:
+            return ChartError(f"your captures reach {_tokens(reach['hi'])} tokens; {benchmark} starts at {_tokens(first)}: "
+                              f"capture texts of at least {_tokens(2 * first)} tokens to meet two of its lengths",
+                              kind="not_found")
+    return ChartError(f"{', '.join(mapped)} meet {benchmark} but not with {what}", kind="not_found")
 
 
 _FIT_SQL = """
@@ -58,15 +84,24 @@ limit 1
 
 
 def _fit_line(fit: dict | None) -> list[str]:
+    """``r = … [lo, hi], p = …; ρ = …, p = …; n = …``: each coefficient with its own interval and p."""
     if not fit:
         return ["too few models for a fit"]
-    line = (f"r = {fmt_num(fit['pearson_r'], 2)}"
+    r, rho = fit["pearson_r"], fit["spearman_rho"]
+    if r is None or r != r:  # NaN: one side is the same for every model
+        line = f"r and ρ undefined: the metric or the score is constant over these models; n = {fit['n']}"
+        return [line]
+    p = fit["perm_p_pearson"]
+    line = (f"r = {fmt_num(r, 2)}"
             + (f" [{fmt_num(fit['ci_low'], 2)}, {fmt_num(fit['ci_high'], 2)}]" if fit["ci_low"] is not None else "")
-            + f", ρ = {fmt_num(fit['spearman_rho'], 2)}"
-            + (f", exact permutation p = {fit['perm_p_pearson']:.2g} (ρ: {fit['perm_p_spearman']:.2g})"
-               if fit["perm_p_pearson"] is not None else "")
-            + f"; n = {fit['n']} ({fit['n_exact']} exact)")
+            + (f", p = {p:.2g}" if p is not None else "")
+            + f"; ρ = {fmt_num(rho, 2)}"
+            + (f", p = {fit['perm_p_spearman']:.2g}" if fit["perm_p_spearman"] is not None else "")
+            + f" (exact permutation p); n = {fit['n']} ({fit['n_exact']} exact)")
     out = [line]
+    if fit.get("n_truncated_left_out"):
+        out.append(f"Left out: {fit['n_truncated_left_out']} length slices longer than their run's context budget "
+                   "(inputs cut; params.benchmark_truncated includes them).")
     if fit["descriptive_only"]:
         out.append(f"Descriptive only: {fit['why']}; it describes these models, not models in general.")
     return out
@@ -123,7 +158,7 @@ def build_vs_benchmark(con: duckdb.DuckDBPyConnection, models=None, series=None,
         {"source": source, "metric": metric, "models": chosen}) or "longbench-pro"
     data = rows(con, _POINTS_SQL, {"source": source, "benchmark": benchmark, "metric": metric, "models": chosen})
     if not data:
-        raise _no_points(source, benchmark, METRICS[metric])
+        raise _no_points(con, source, benchmark, METRICS[metric], chosen)
     fit = next(iter(rows(con, _FIT_SQL, {"source": source, "benchmark": benchmark, "x": metric, "y": "overall"})), None)
     mode = data[0]["mode"]
     who = "this warehouse" if source == "qkdb" else "the seeds' author (msc_thesis)"
@@ -153,14 +188,15 @@ def build_retention(con: duckdb.DuckDBPyConnection, models=None, series=None, he
         {"source": source, "models": chosen}) or "longbench-pro"
     data = rows(con, _RETENTION_SQL, {"source": source, "benchmark": benchmark, "models": chosen})
     if not data:
-        raise _no_points(source, benchmark, "AP and scores at two or more lengths")
+        raise _no_points(con, source, benchmark, "AP and scores at two or more lengths", chosen, lengths=True)
     spans = sorted({(d["first_length"], d["last_length"]) for d in data}, key=lambda s: -sum(
         1 for d in data if (d["first_length"], d["last_length"]) == s))
     first, last = spans[0]
     data = [d for d in data if (d["first_length"], d["last_length"]) == (first, last)]
     span = f"{first // 1024}k-{last // 1024}k"
     fit = next(iter(rows(con, """
-        select n, n_exact, pearson_r, spearman_rho, perm_p_pearson, perm_p_spearman, ci_low, ci_high, descriptive_only, why, mode
+        select n, n_exact, pearson_r, spearman_rho, perm_p_pearson, perm_p_spearman, ci_low, ci_high, descriptive_only, why, mode,
+            n_truncated_left_out
         from plasticity_benchmark_fit
         where source = $source and benchmark = $benchmark and x_metric = 'ap_length_retention' and span = $span
         """, {"source": source, "benchmark": benchmark, "span": span})), None)

@@ -60,7 +60,9 @@ select r.benchmark, r.bench_model, r.mode, r.context_budget, r.best_of,
     max(s.score) filter (where s.slice_kind = 'overall') as overall,
     string_agg(s.slice, ' ' order by s.length_tokens) filter (where s.slice_kind = 'token_length') as lengths,
     any_value(s.origin) as origin,
-    (select string_agg(m.model || ' (' || m.match_kind || ')', ', ' order by m.model)
+    -- Each mapping with its origin: the registry's (shipped) or the user's (map / import).
+    (select string_agg(m.model || ' (' || m.match_kind || ', ' || if(m.origin = 'bundled', 'registry', 'yours') || ')',
+                       ', ' order by m.model)
      from benchmark_models m where m.benchmark = r.benchmark and m.bench_model = r.bench_model) as captured_models
 from benchmark_runs r
 join benchmark_scores s on s.benchmark = r.benchmark and s.bench_model = r.bench_model and s.mode = r.mode
@@ -83,12 +85,29 @@ def list_runs(
     """List the benchmarked models with their overall score, the lengths scored and the captured models that stand for them."""
     conds = []
     if benchmark:
+        _known_benchmark(benchmark, home)
         conds.append(f"r.benchmark = {_quote(benchmark)}")
     if mapped:
         conds.append("exists (select 1 from benchmark_models m where m.benchmark = r.benchmark and m.bench_model = r.bench_model)")
     n = _run(LIST_SQL.format(where=("where " + " and ".join(conds)) if conds else ""), format, output, home, mode)
     if n == 0:
         note("no benchmark run matches" + (f" (benchmark {benchmark!r})" if benchmark else ""))
+
+
+def _known_benchmark(benchmark: str, home: Path | None) -> None:
+    """Refuse a benchmark without scores (exit 4), naming the scored ones."""
+    from qkdb.errors import InputError
+    from qkdb.warehouse.benchmark_mapping import close_names
+
+    con = api.benchmarks_connection(home)
+    try:
+        known = [r[0] for r in con.execute("select distinct benchmark from benchmark_scores order by 1").fetchall()]
+    finally:
+        con.close()
+    if benchmark not in known:
+        near = close_names(benchmark, known)
+        raise InputError(f"no benchmark named {benchmark!r} has scores" + (f" (did you mean {near[0]!r}?)" if near else "")
+                         + f"; scored: {', '.join(known) or 'none'}", kind="not_found")
 
 
 SHOW_SQL = """
@@ -155,7 +174,6 @@ def map_model(
 ) -> None:
     """Say which benchmarked model a captured model stands for (replaces its mapping for that benchmark)."""
     done = api.map_benchmark_model(model, bench_model, benchmark=benchmark, match_kind=match_kind, note=note_text, home=home)
-    replaced = done["stored"]["benchmark_models"][1]
-    note(f"{model} stands for {bench_model} on {benchmark} ({match_kind})" + (" (replacing the earlier mapping)" if replaced else ""))
+    note(f"{model} stands for {bench_model} on {benchmark} ({match_kind})")
     for line in done["notes"]:
         note(line)

@@ -36,6 +36,10 @@ def chart(
     ] = None,
     scale: Annotated[float, typer.Option("--scale", help="PNG pixels per CSS pixel.", min=0.1, max=10)] = 2.0,
     list_: Annotated[bool, typer.Option("--list", "-l", help="List the figures, one per line, and exit.")] = False,
+    source: Annotated[Optional[str], typer.Option("--source", help="Whose values a benchmark figure draws: 'qkdb' (this warehouse, default) or 'thesis' (the seeds' author).")] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric", help="plasticity-vs-benchmark's metric (default ap_drop; e.g. ap_overall, bias_strength).")] = None,
+    benchmark: Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmark figure's benchmark (default: LongBench-Pro when a model meets it).")] = None,
+    include_truncated: Annotated[bool, typer.Option("--include-truncated", help="Use benchmark length slices longer than their run's context budget (inputs cut; left out by default).")] = False,
     home: HomeOption = None,
 ) -> None:
     """Render one of the seeds' figures from the warehouse; the output's extension picks the format."""
@@ -48,7 +52,7 @@ def chart(
         return
     if not name:
         raise ChartError("give a figure name (qkdb chart NAME -o FILE), or --list to see them", kind="usage")
-    registry.get(name)  # unknown names fail before the warehouse is opened
+    options = _figure_options(registry.get(name), source=source, metric=metric, benchmark=benchmark)
     from qkdb.charts import chart as build_chart
     from qkdb.charts import render
 
@@ -62,7 +66,9 @@ def chart(
         # Every head's metrics and components, and every model's row, from the indexes (one file
         # each, not files a model).
         warehouse.shadow_indexes(con, home_dir(home), pca=True)
-        figure = build_chart(name, con, models=models, series=series, head=heads)
+        if include_truncated:
+            _set_param(con, "benchmark_truncated", "true")
+        figure = build_chart(name, con, models=models, series=series, head=heads, **options)
     finally:
         con.close()
     if output is None:
@@ -71,6 +77,25 @@ def chart(
     t0 = time.perf_counter()
     render.save(figure, output, scale=scale)
     typer.echo(f"wrote {output} ({fmt}, {time.perf_counter() - t0:.1f} s)", err=True)
+
+
+def _set_param(con, name: str, value_sql: str) -> None:
+    """One parameter for this connection only (a temp view shadows ``params`` for every view)."""
+    db = con.execute("select current_database()").fetchall()[0][0]
+    con.execute(f'create or replace temp view params as select * replace ({value_sql} as {name}) from "{db}".main.params')
+
+
+def _figure_options(figure, **given) -> dict:
+    """The options given that the figure takes; one it does not take is a usage error (unknown names fail here too)."""
+    import inspect
+
+    taken = inspect.signature(figure.function()).parameters
+    options = {k: v for k, v in given.items() if v is not None}
+    for k in options:
+        if k not in taken:
+            raise ChartError(f"--{k} does not apply to {figure.name} (it applies to plasticity-vs-benchmark"
+                             + (" and plasticity-retention" if k != "metric" else "") + ")", kind="usage")
+    return options
 
 
 def _report_connection(home, figures_only: bool = False):

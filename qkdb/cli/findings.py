@@ -112,7 +112,7 @@ def findings(
     for s in stale:
         note(s.message())
     for line in subsets:
-        note(line)
+        note(line + ("; rows marked * in the models column" if terminal else ""))
     counts = status_counts([r["status"] for r in rows])
     from qkdb.charts import claims
 
@@ -146,7 +146,13 @@ def compact_lines(rows: list[dict], width: int | None = None, colour: bool = Fal
     import textwrap
 
     def cell(r: dict, c: str) -> str:
-        return "" if r.get(c) is None else SHORT.get(c, {}).get(r[c], str(r[c]))
+        if r.get(c) is None:
+            return ""
+        value = str(r[c])
+        short = SHORT.get(c, {})
+        head, sep, _ = value.partition(": ")
+        # 'these models: layers 0-3 of 16' -> 'these*': the note above the table names the layers.
+        return short[head] + "*" if sep and head in short else short.get(value, value)
 
     gap = "  "
     for cols in (list(TERMINAL_COLUMNS), [c for c in TERMINAL_COLUMNS if c != "estimand"]):

@@ -166,13 +166,26 @@ def test_a_users_csv_and_mapping_reach_the_views(home, tmp_path):
                           "order by 1").fetchall()
     assert [r[0] for r in lengths] == [8192, 16384, 32768]
     con.close()
-    # mapping again replaces; a registry model's mapping can be changed the same way
-    api.map_benchmark_model("mine", "My-Model-2", benchmark="mybench", match_kind="other", home=home)
-    api.map_benchmark_model("llama3.2-3b", "Llama-3.2-3B", match_kind="exact", home=home)
+    # a benchmarked model without scores there (a typo) is refused, naming the close names, and
+    # nothing is stored (issue 47: it would silently drop the model from every fit)
+    before = (home / "benchmark_models" / "imported.parquet").read_bytes()
+    with pytest.raises(InputError, match="'My-Model-2' has no scores on mybench: did you mean 'My-Model'") as e:
+        api.map_benchmark_model("mine", "My-Model-2", benchmark="mybench", match_kind="other", home=home)
+    assert e.value.kind == "not_found"
+    with pytest.raises(InputError, match="no scores on a benchmark named 'longbench'.*did you mean 'longbench-pro'"):
+        api.map_benchmark_model("mine", "Qwen3-4B", benchmark="longbench", match_kind="other", home=home)
+    assert (home / "benchmark_models" / "imported.parquet").read_bytes() == before
+    # mapping again replaces, and says so; a registry model's mapping can be changed the same way
+    done = api.map_benchmark_model("mine", "My-Model", benchmark="mybench", match_kind="other", home=home)
+    assert any("replaces your earlier mapping of mine on mybench: My-Model (exact)" in n for n in done["notes"])
+    assert any("'mine' is not ingested" in n for n in done["notes"])
+    done = api.map_benchmark_model("llama3.2-3b", "Llama-3.1-8B-Instruct", match_kind="other", home=home)
+    assert any("replaces the registry's mapping of llama3.2-3b on longbench-pro: Llama-3.2-3B-Instruct (base_vs_instruct)" in n
+               for n in done["notes"])
     con = api.benchmarks_connection(home)
     assert _count(con, "select count(*) from benchmark_models where model = 'mine'") == 1
     assert con.execute("select bench_model, match_kind, origin from benchmark_models where model = 'llama3.2-3b' "
-                       "and benchmark = 'longbench-pro'").fetchall() == [("Llama-3.2-3B", "exact", "imported")]
+                       "and benchmark = 'longbench-pro'").fetchall() == [("Llama-3.1-8B-Instruct", "other", "imported")]
     con.close()
 
 
@@ -205,6 +218,23 @@ def test_cli_list_show_import_map(runner, home, tmp_path):
     assert out.exit_code != 0 and "match_kind must be one of" in out.stderr
     out = runner.invoke(app, ["benchmarks", "map", "mine", "Qwen3-8B", "--match-kind", "exact"])
     assert out.exit_code == 0 and "mine stands for Qwen3-8B on longbench-pro (exact)" in out.stderr
+    assert "'mine' is not ingested" in out.stderr
+    # The issue's typo: refused with exit 4, the close names given, the registry's mapping kept.
+    out = runner.invoke(app, ["benchmarks", "map", "qwen3-4b", "NoSuch-Model", "--match-kind", "exact"])
+    assert out.exit_code == EXIT_CODES["not_found"] and "'NoSuch-Model' has no scores on longbench-pro" in out.stderr
+    out = runner.invoke(app, ["benchmarks", "map", "qwen3-4b", "qwen3-4B", "--match-kind", "exact"])
+    assert out.exit_code == EXIT_CODES["not_found"] and "did you mean 'Qwen3-4B'" in out.stderr
+    out = runner.invoke(app, ["benchmarks", "list", "--mapped", "-f", "csv"])
+    mapped = {r["bench_model"]: r["captured_models"] for r in csv.DictReader(out.stdout.splitlines())}
+    assert mapped["Qwen3-4B"] == "qwen3-4b (exact, registry)" and "mine (exact, yours)" in mapped["Qwen3-8B"]
+    out = runner.invoke(app, ["benchmarks", "list", "-b", "nosuch"])
+    assert out.exit_code == EXIT_CODES["not_found"] and "longbench-pro" in out.stderr
+    # An import whose benchmarked model no captured model stands for says so, with the command.
+    mine = tmp_path / "other.csv"
+    mine.write_text("benchmark,bench_model,mode,slice_kind,slice,score\nlongbench-pro,Qwen3-99B,nonthinking,overall,overall,50\n")
+    out = runner.invoke(app, ["benchmarks", "import", str(mine)])
+    assert out.exit_code == 0 and "no captured model stands for Qwen3-99B on longbench-pro" in out.stderr
+    assert "qkdb benchmarks map MODEL 'Qwen3-99B' --benchmark longbench-pro --match-kind exact" in out.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,17 +289,22 @@ def _author(con, drop_models=()):
     return drop, score, ap_ret, sc_ret
 
 
-def _fit(con, x_metric: str, models_view: str | None = None):
+def _fit(con, x_metric: str, models_view: str | None = None, truncated: bool = False):
+    db = con.execute("select current_database()").fetchall()[0][0]
     if models_view:
         con.execute(f"create or replace temp view benchmark_models as {models_view}")
+    if truncated:  # the author's retention used LongBench-Pro's 128k slice, cut to a 120k budget for most models
+        con.execute(f'create or replace temp view params as select * replace (true as benchmark_truncated) from "{db}".main.params')
     try:
         return con.execute(
             "select n, n_exact, pearson_r, spearman_rho, perm_p_pearson, perm_p_spearman, ci_low, ci_high, descriptive_only, why "
             "from plasticity_benchmark_fit where source = 'thesis' and benchmark = 'longbench-pro' and mode = 'nonthinking' "
-            "and x_metric = ?", [x_metric]).fetchall()
+            "and x_metric = ? order by span", [x_metric]).fetchall()
     finally:
         if models_view:
             con.execute("drop view temp.benchmark_models")
+        if truncated:
+            con.execute("drop view temp.params")
 
 
 def test_the_authors_values_reproduce_the_published_numbers(reference_con):
@@ -290,13 +325,54 @@ def test_the_authors_values_reproduce_the_published_numbers(reference_con):
     assert p_rho == pytest.approx(_brute_p(drop, score, rank=True), abs=1e-12)
     assert 0.05 < p_rho < 0.2  # "p ~ 0.1": nothing a claim could rest on
     assert lo < r < hi and descriptive and why == "7 models (fewer than 10); 4 of 7 matches not exact"
-    (n, n_exact, r, rho, p, p_rho, lo, hi, descriptive, _), = _fit(con, "ap_length_retention")
+    (n, n_exact, r, rho, p, p_rho, lo, hi, descriptive, _), = _fit(con, "ap_length_retention", truncated=True)
     assert n == 7 and r == pytest.approx(_pearson(ap_ret, sc_ret), abs=1e-12)
     assert rho == pytest.approx(_spearman(ap_ret, sc_ret), abs=1e-12)
     assert p == pytest.approx(_brute_p(ap_ret, sc_ret), abs=1e-12) and descriptive
     # with llama3.1-8b, as the registry maps it, 8 models
     (n, _, r, *_), = _fit(con, "ap_drop")
     assert n == 8 and r == pytest.approx(-0.644, abs=5e-4)
+
+
+def test_retention_leaves_out_slices_longer_than_their_runs_budget(reference_con):
+    """On the shipped LongBench-Pro files (issue 47): the 128k slice of a 120,000-token run scored cut inputs.
+
+    By default the author's seven models no longer make one 8k-128k retention fit: the Qwen3 and
+    Llama runs (budget 120,000) stop at 64k, the Ministral 3 runs (224,000) keep 128k, so the two
+    spans are two fits, and each says how many slices it left out.
+    """
+    con = reference_con
+    budgets = {r["bench_model"]: int(r["context_budget"]) for r in _bundled_csv("longbench_pro.csv") if r["context_budget"]}
+    cut = con.execute("select bench_model, length_tokens, context_budget, truncated from benchmark_scores "
+                      "where benchmark = 'longbench-pro' and slice_kind = 'token_length'").fetchall()
+    assert all(t == (length > budget) == (length > budgets[m]) for m, length, budget, t in cut)
+    assert {(m, length) for m, length, _, t in cut if t} >= {("Qwen3-4B", 131072), ("Qwen3-4B", 262144),
+                                                              ("Ministral-3-8B-Instruct-2512", 262144)}
+    assert ("Ministral-3-8B-Instruct-2512", 131072) not in {(m, length) for m, length, _, t in cut if t}
+    seven = "select * from \"{}\".main.benchmark_models where model <> 'llama3.1-8b'".format(
+        con.execute("select current_database()").fetchall()[0][0])
+    con.execute(f"create or replace temp view benchmark_models as {seven}")
+    try:
+        fits = con.execute("select span, n, models, n_truncated_left_out, pearson_r from plasticity_benchmark_fit "
+                           "where source = 'thesis' and x_metric = 'ap_length_retention' order by span").fetchall()
+        lengths = con.execute("select model, max(length_tokens), any_value(n_truncated_left_out) from plasticity_length "
+                              "where source = 'thesis' group by model order by model").fetchall()
+    finally:
+        con.execute("drop view temp.benchmark_models")
+    assert [(span, n) for span, n, *_ in fits] == [("8k-128k", 3), ("8k-64k", 4)]
+    assert fits[0][2].count("ministral3") == 3 and fits[0][3] == 3  # each Ministral run's 256k
+    assert fits[1][3] == 8  # 128k and 256k of each of the four 120k runs
+    # Independently: the 8k-64k retention of the four, from the shipped CSVs.
+    thesis = {r["model"]: r for r in _bundled_csv("thesis_plasticity_length.csv")}
+    mapping = {r["model"]: r["bench_model"] for r in _bundled_csv("benchmark_models.csv") if r["benchmark"] == "longbench-pro"}
+    by_len = {(r["bench_model"], r["slice"]): float(r["score"]) for r in _bundled_csv("longbench_pro.csv")
+              if r["mode"] == "nonthinking" and r["slice_kind"] == "token_length"}
+    four = ["llama3.2-3b", "qwen3-14b", "qwen3-4b", "qwen3-8b"]
+    ap = [float(thesis[m]["32k-64k"]) / float(thesis[m]["0-8k"]) for m in four]
+    sc = [by_len[(mapping[m], "64k")] / by_len[(mapping[m], "8k")] for m in four]
+    assert fits[1][4] == pytest.approx(_pearson(ap, sc), abs=1e-12)
+    assert {m: (hi, n) for m, hi, n in lengths}["qwen3-4b"] == (65536, 2)
+    assert {m: (hi, n) for m, hi, n in lengths}["ministral3-8b"] == (131072, 1)
 
 
 def test_the_permutation_p_and_the_interval_on_planted_data(reference_con):
@@ -311,9 +387,9 @@ def test_the_permutation_p_and_the_interval_on_planted_data(reference_con):
                                 for i in range(n))
                     + ") t(source, model, family, metric, value, benchmark, bench_model, match_kind, mode, score)")
         con.execute("create or replace temp view plasticity_length as select * from (values (null, null, null, null, null, "
-                    "null, null, null, null::double, null::double, null::bigint, null::bigint)) t(source, model, family, "
+                    "null, null, null, null::double, null::double, null::bigint, null::bigint, 0)) t(source, model, family, "
                     "benchmark, bench_model, match_kind, mode, lo_tokens, ap_retention, score_retention, first_length, "
-                    "last_length) where false")
+                    "last_length, n_truncated_left_out) where false")
         try:
             (got,) = con.execute("select n, pearson_r, spearman_rho, perm_p_pearson, perm_p_spearman, ci_low, ci_high, n_boot, "
                                  "descriptive_only from plasticity_benchmark_fit").fetchall()
@@ -339,7 +415,7 @@ def test_modes_are_never_mixed_without_asking(reference_con):
         # each mode its own fit, over the same 8 models; never one fit of 16 points
         assert fits == [("nonthinking", 8), ("thinking", 8)]
         thinking = con.execute("select count(*) from plasticity_length where mode = 'thinking' and model = 'qwen3-8b'").fetchall()
-        assert thinking[0][0] == 5
+        assert thinking[0][0] == 4  # 8k-64k: its 128k slice is longer than the run's 120,000-token budget
         # a model's overall and per-length scores come from one run of one mode
         runs = con.execute("select count(*) from benchmark_runs group by benchmark, bench_model, mode having count(*) > 1").fetchall()
         assert runs == []
@@ -350,6 +426,9 @@ def test_modes_are_never_mixed_without_asking(reference_con):
 
 def test_plasticity_length_meets_ap_and_scores_at_the_bins_end(reference_con):
     con = reference_con
+    db = con.execute("select current_database()").fetchall()[0][0]
+    # (with the slices longer than the run's budget, as the author used them)
+    con.execute(f'create or replace temp view params as select * replace (true as benchmark_truncated) from "{db}".main.params')
     rows = con.execute("select length_tokens, lo_tokens, ap, score, first_length, last_length, ap_retention, score_retention "
                        "from plasticity_length where source = 'thesis' and model = 'qwen3-4b' order by length_tokens").fetchall()
     lengths = _bundled_csv("thesis_plasticity_length.csv")[0]
@@ -363,4 +442,5 @@ def test_plasticity_length_meets_ap_and_scores_at_the_bins_end(reference_con):
     assert {(r[4], r[5]) for r in rows} == {(8192, 131072)}
     assert rows[0][6] == pytest.approx(rows[-1][2] / rows[0][2]) and rows[0][7] == pytest.approx(scores["128k"] / scores["8k"])
     spans = con.execute("select distinct span from plasticity_benchmark_fit where x_metric = 'ap_length_retention'").fetchall()
+    con.execute("drop view temp.params")
     assert spans == [("8k-128k",)]
