@@ -214,8 +214,8 @@ def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
     no ``--gqa-ratio`` settles it, queries would be paired by a mapping the capture did not use.
     Counts that differ at the same ratio (a small simulation under a registry name) pair correctly.
     """
-    if "gqa_ratio" in given:
-        return
+    if "gqa_ratio" in given or _consistent_counts(facts, facts):
+        return  # (consistent counts of the dataset's own won in recorded_over_registry)
     q, kv = facts.get("n_q_heads"), facts.get("n_kv_heads")
     theirs = facts.get("gqa_ratio") or (q // kv if q and kv and q > 0 and kv > 0 and q % kv == 0 else None)
     if theirs is None or spec.gqa_ratio is None or theirs == spec.gqa_ratio:
@@ -234,8 +234,8 @@ def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
 # Facts a dataset records about its own vectors (qkdb_dataset.json, qk-sniffer's _saver_state.json).
 # Where one contradicts the registry's (a simulation under a registry name, a capture of another
 # config), the dataset's holds: it describes the vectors being ingested, the registry the Hub's
-# captures. An option overrides both. The GQA ratio is the exception: a dataset whose ratio is not the
-# registry's is refused (_check_dataset_counts), its counts then kept out of this.
+# captures. An option overrides both. The GQA ratio too, when the dataset records both head counts
+# and they agree with its stated ratio; a ratio without such counts is refused (_check_dataset_counts).
 RECORDED_FACTS = ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "rope_theta", "rope_pairing", "rope_scaling",
                   "nope_layers")
 
@@ -255,8 +255,13 @@ def recorded_over_registry(registered: ModelSpec, metadata: dict, overrides: dic
     q, kv = recorded.get("n_q_heads"), recorded.get("n_kv_heads")
     theirs = metadata.get("gqa_ratio") or (q // kv if q and kv and q % kv == 0 else None)
     if "gqa_ratio" not in given and theirs is not None and registered.gqa_ratio not in (None, theirs):
-        recorded.pop("n_q_heads", None)  # refused by _check_dataset_counts, naming both ratios
-        recorded.pop("n_kv_heads", None)
+        if _consistent_counts(metadata, recorded):
+            # The dataset's own counts agree with its ratio: they describe these key folders (a
+            # simulation under a registry name), so they win like every other recorded fact.
+            recorded["gqa_ratio"] = theirs
+        else:
+            recorded.pop("n_q_heads", None)  # refused by _check_dataset_counts, naming both ratios
+            recorded.pop("n_kv_heads", None)
     updates, differ = {}, []
     for fact, value in recorded.items():
         ours = getattr(registered, fact)
@@ -283,6 +288,15 @@ def recorded_over_registry(registered: ModelSpec, metadata: dict, overrides: dic
         f"{', '.join(show(f, r) for f, _, r in differ)}; the ingest uses the dataset's, which describe these vectors"
         f"{override}"
     )
+
+
+def _consistent_counts(metadata: dict, recorded: dict) -> bool:
+    """Whether a dataset records both head counts, and its stated ratio (if any) is theirs."""
+    q, kv = recorded.get("n_q_heads"), recorded.get("n_kv_heads")
+    if not (isinstance(q, int) and isinstance(kv, int) and q > 0 and kv > 0 and q % kv == 0):
+        return False
+    stated = metadata.get("gqa_ratio")
+    return stated is None or stated == q // kv
 
 
 _OPTION_FACTS = ("n_layers", "n_q_heads", "n_kv_heads", "rope_theta", "rope_pairing", "rope_scaling")

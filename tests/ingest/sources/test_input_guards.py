@@ -373,10 +373,6 @@ GQA_CASES = [
     pytest.param({}, "brand-new", ["--family", "X", "--n-layers", "2", "--n-q-heads", "4", "--n-kv-heads", "2", "--gqa-ratio", "3"],
                  "gqa_ratio=3 (--gqa-ratio) contradicts n_q_heads / n_kv_heads = 4 (--n-q-heads) / 2 (--n-kv-heads) = 2",
                  id="options alone"),
-    pytest.param(dict(n_q_heads=32, n_kv_heads=16), "llama3.2-1b", [],
-                 "qkdb_dataset.json gives gqa_ratio=2 (n_q_heads / n_kv_heads = 32 / 16), the registry gqa_ratio=4 "
-                 "(n_q_heads / n_kv_heads = 32 / 8)",
-                 id="json vs registry"),
     pytest.param(dict(gqa_ratio=2), "llama3.2-1b", ["--n-layers", "2"],
                  "qkdb_dataset.json gives gqa_ratio=2, the registry gqa_ratio=4 (n_q_heads / n_kv_heads = 32 / 8)",
                  id="json ratio vs registry"),
@@ -418,13 +414,36 @@ def test_a_registry_name_on_a_smaller_dataset_with_the_same_ratio_is_accepted(tm
     write_metadata(ds, {"model": "llama3.2-1b", "n_q_heads": 4, "n_kv_heads": 1})
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1"])
     assert result.exit_code == 0, result.stderr
-    # Another ratio in the dataset is refused, unless --gqa-ratio (with counts that agree) settles it.
+    # Another ratio in the dataset wins over the registry's (issue 47), and here its folders say
+    # otherwise: refused by the folders themselves, naming the missing one.
     write_metadata(ds, {"model": "llama3.2-1b", "n_q_heads": 4, "n_kv_heads": 2})
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1"])
-    assert result.exit_code == EXIT_CODES["input"] and "gives gqa_ratio=2" in _one_error_line(result)
+    assert result.exit_code == EXIT_CODES["input"] and "key head folder missing: l00h01k" in _one_error_line(result)
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--n-layers", "2", "-q", "-j", "1",
                                  "--gqa-ratio", "4", "--n-q-heads", "4", "--n-kv-heads", "1"])
     assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("model", ["qwen3-14b", "llama3.2-3b"])
+def test_a_simulation_under_a_registry_name_with_another_ratio_is_ingested_with_a_note(tmp_path, home, runner, model):
+    # issue 47: `qkdb simulate --model qwen3-14b` then `qkdb ingest --path` was refused over the GQA
+    # ratio (the registry's 40 / 8 = 5, the simulation's 8 / 2 = 4): the dataset's own consistent
+    # counts describe its key folders, so they win, with the usual note naming both.
+    ds = tmp_path / "sim"
+    result = runner.invoke(app, ["simulate", "--model", model, "--out", str(ds), "--vectors", "300", "--layers", "2"])
+    assert result.exit_code == 0, result.stderr
+    result = runner.invoke(app, ["ingest", "--path", str(ds), "-j", "1"])
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads((ds / "qkdb_dataset.json").read_text())
+    ratio = facts["n_q_heads"] // facts["n_kv_heads"]
+    said = " ".join(result.stderr.split())
+    assert f"gqa_ratio={ratio} where the registry has" in said and "the ingest uses the dataset's" in said
+    con = qkdb.connect()
+    try:
+        got = con.execute("select n_q_heads, n_kv_heads, gqa_ratio from models where model = ?", [model]).fetchall()
+    finally:
+        con.close()
+    assert got == [(facts["n_q_heads"], facts["n_kv_heads"], ratio)]
 
 
 def test_consistent_head_counts_from_any_source_are_accepted_and_recorded(tmp_path, home, runner):
