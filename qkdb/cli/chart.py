@@ -46,9 +46,15 @@ def chart(
     from qkdb.charts import registry
 
     if list_:
+        import shutil
+        import textwrap
+
         width = max(len(n) for n, _ in registry.listing())
+        # On a terminal each description wraps under itself; in a pipe, one line per figure (for grep).
+        room = shutil.get_terminal_size().columns - width - 2 if sys.stdout.isatty() else None
         for n, line in registry.listing():
-            typer.echo(f"{n:<{width}}  {line}")
+            lines = textwrap.wrap(line, max(30, room), break_on_hyphens=False) if room else [line]
+            typer.echo(f"{n:<{width}}  " + ("\n" + " " * (width + 2)).join(lines))
         return
     if not name:
         raise ChartError("give a figure name (qkdb chart NAME -o FILE), or --list to see them", kind="usage")

@@ -94,5 +94,16 @@ def _fill_hint(where: Path) -> str:
 
 
 def note(message: str) -> None:
-    # One message, one line: a log or a terminal wraps it itself (rich would break it at 80 columns off a terminal).
+    """A message on stderr: wrapped at spaces to a terminal's width (continued lines indented), one line off a terminal.
+
+    Off a terminal a log keeps one message per line (rich would break it at 80 columns); a word
+    longer than the terminal (a path, a command to paste) is never broken.
+    """
+    if err.is_terminal:
+        import textwrap
+
+        message = "\n".join(
+            line for para in message.splitlines()
+            for line in (textwrap.wrap(para, max(20, err.width), subsequent_indent="  ", break_long_words=False,
+                                       break_on_hyphens=False) or [""]))
     err.print(message, markup=False, soft_wrap=True)

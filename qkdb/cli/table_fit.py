@@ -4,7 +4,7 @@ A column is never squeezed below its header, nor below the width of its values w
 (ids, names, numbers: a key cut or broken over lines reads as another key). Only columns of long
 text (a statement, a description) get less than their widest value, never less than
 :data:`LONG_TEXT_MIN`, and wrap inside it. Columns are kept in their order of importance
-(:func:`importance`: keys, then the values, then context) while they fit; the others are elided
+(:func:`importance`: keys and labels, the values, the metrics, model facts, context, all-NULL columns) while they fit; the others are elided
 behind one ``…`` column and named in a note.
 """
 
@@ -35,8 +35,19 @@ def frame_width(widths: list[int]) -> int:
 # (kept next, before any other number). Everything else that is text, and above all long text (a
 # statement, a description, the seed's wording), is context: the first to go.
 KEYS = frozenset({
-    "model", "id", "scope", "family", "series", "checkpoint", "step", "layer", "head", "kv_head", "pc", "plane",
-    "estimator", "bin_kind", "bin", "benchmark", "bench_model", "name", "table", "column", "metric", "taxonomy",
+    "model", "id", "scope", "family", "layer", "head", "kv_head", "pc", "plane", "estimator", "bin_kind", "bin", "benchmark",
+    "bench_model", "name", "table", "column", "metric", "taxonomy", "category", "input_kind", "kind", "grp",
+})
+# What a row's model is (its series, counts, RoPE, provenance): the same on every row of a
+# model, so after the metrics and labels a query asked for (`select * from head_metrics` must show
+# metrics, not ten columns of model facts).
+MODEL_FACTS = frozenset({
+    "series", "series_order", "phase", "step", "checkpoint", "n_layers", "head_dim", "n_q", "n_k", "n_dropped",
+    "position_min", "position_max", "n_texts", "sliding_window", "depth", "depth_bin", "is_nope", "in_paper", "hf_model",
+    "model_revision", "n_q_heads", "n_kv_heads", "gqa_ratio", "rope_theta", "rope_pairing", "rope_scaling", "rope",
+    "rotary_dims", "rotary_offset", "rope_source", "rope_inv_freq", "layer_rope_inv_freq", "attention_scale",
+    "layer_rope_theta", "layer_rope_scaling", "position_scaling", "pre_rope", "weights_sha256", "nope_layers",
+    "revision", "b_method", "capture", "ingested_at", "category_order", "sign_anchor",
 })
 VALUES = (  # in this order: a finding's measured value (with its interval) before its verdict, then the rest
     "measured", "status", "verdict", "ingested", "value", "fraction", "n", "n_heads", "n_models",
@@ -50,8 +61,10 @@ CONTEXT = frozenset({
 def importance(names: list[str], rows: list[list[str]]) -> tuple[list[int], int]:
     """The columns' indices from the most important to the least, and how many of them are essential.
 
-    The order: keys, the values (a finding's measured value and verdict, a fraction), other numbers,
-    short text, context (long text, descriptions). Within a rank the table's own order is kept. The
+    The order: keys and labels, the values (a finding's measured value and verdict, a fraction),
+    other numbers (the metrics), short text, model facts (:data:`MODEL_FACTS`), context (long text,
+    descriptions), and last the columns that are NULL on every row. Within a rank the table's own
+    order is kept. The
     essential ones are the keys and the values: a narrow terminal wraps them before dropping them,
     and drops every other column from the end of the order first.
     """
@@ -70,12 +83,16 @@ def importance(names: list[str], rows: list[list[str]]) -> tuple[list[int], int]
 
     def rank(i: int) -> tuple[int, int]:
         name = names[i].lower()
+        if rows and all(r[i] in ("NULL", "") for r in rows):
+            return 6, i  # says nothing on these rows: the first to go
         long = any(_longest_line(r[i]) > SHORT for r in rows)  # wraps: a key that wraps reads as two rows
         if name in KEYS and not long:
             return 0, i
         if name in VALUES:
             return 1, VALUES.index(name)
         if name in CONTEXT or long:
+            return 5, i
+        if name in MODEL_FACTS:
             return 4, i
         return (2 if numeric(i) else 3), i
 

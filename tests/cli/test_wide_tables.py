@@ -95,8 +95,10 @@ def test_query_shows_the_columns_that_fit_whole_and_says_how_many(warehouse):
 # The issue's three examples: what the user asked for must survive a narrow terminal.
 NARROW = [  # (sql, the columns a narrow terminal must show, and those it must show from 100 columns on)
     ("from findings", ["id", "measured"], ["status"]),
-    ("select * from head_metrics limit 3", ["model", "layer", "head"], []),
-    ("from taxonomy_fractions where scope = 'family'", ["scope", "family", "fraction"], []),
+    # issue 47: metrics before model facts (it showed 10 columns of model facts and no metric)
+    ("select * from head_metrics limit 3", ["model", "layer", "head"], ["pos_var_q", "pos_var_k"]),
+    # the row's label (it was the hidden column)
+    ("from taxonomy_fractions where scope = 'family'", ["scope", "family", "category", "fraction"], []),
 ]
 
 
@@ -113,8 +115,9 @@ def test_a_narrow_terminal_drops_context_never_the_values(warehouse, sql, wanted
     shown = [c for c in header if c != "\u2026"]
     assert shown == [c for c in columns if c in shown]  # the table's own order
     if sql.startswith("select * from head_metrics"):
-        # Keys, then metrics: not one of them is a context column
-        assert sum(c not in ("model", "layer", "head", "kv_head") for c in shown) >= 2
+        # Keys, then metrics: not one of them is a model fact or an all-NULL column
+        assert sum(c not in ("model", "family", "layer", "head", "kv_head") for c in shown) >= 2
+        assert not {"series", "series_order", "phase", "step", "n_layers", "head_dim"} & set(shown), shown
     if "\u2026" in header:  # what is elided is context, after the values
         assert not {"measured", "fraction"} & (set(columns) - set(shown))
         assert any(line.startswith("hidden: ") for line in lines)
@@ -152,6 +155,25 @@ def test_models_fits_with_the_ingest_status_in_view(warehouse):
     n_models = len(registry.load_registry()) + 1  # the registry and sim-c
     assert len(body) == n_models  # one line each (it was 171 lines of 4-character columns)
     assert {r[0] for r in body if r[2] == "True"} == {"qwen3-0.6b", "qwen3-1.7b", "sim-c"}
+
+
+def test_models_at_80_columns_hides_an_all_null_column_before_the_head_count(warehouse):
+    lines = _screen("models", home=warehouse, width=80)
+    assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+    header, _ = _table(lines)
+    assert "heads" in header and "series" not in header  # every model here is outside a series: NULL
+
+
+def test_every_line_fits_the_terminal_notes_wrapped(warehouse):
+    # issue 47: `COLUMNS=120 qkdb findings` printed 125-character lines; notes of ~200 characters ran on.
+    for width in (80, 120):
+        lines = _screen("findings", home=warehouse, width=width)
+        assert max(len(line) for line in lines) <= width, [line for line in lines if len(line) > width]
+        assert any(line.startswith("claims: ") for line in lines)
+        wrapped = [i for i, line in enumerate(lines) if line.startswith("  ") and not line.startswith("   ")]
+        assert wrapped, "a long note wraps, its continuation indented"
+    lines = _screen("chart", "--list", home=warehouse)
+    assert max(len(line) for line in lines) <= WIDTH, [line for line in lines if len(line) > WIDTH]
 
 
 def test_shell_tables_fit_and_say_how_to_see_every_column(warehouse):
