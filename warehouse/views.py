@@ -388,7 +388,7 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> Description:
         known = sorted(set(files) | set(STORED))
         close = [k for k in known if name.lower() in k or k in name.lower()]
         hint = f" Did you mean {', '.join(close)}?" if close else " Run `qkdb views` for the list."
-        raise QueryError(f"no table or view named {name!r} in the warehouse.{hint}")
+        raise QueryError(f"no table or view named {name!r} in the warehouse.{hint}", kind="not_found")
     # duckdb_columns() lists every attached database; keep the first (current) one's columns.
     seen: set[str] = set()
     cols = []

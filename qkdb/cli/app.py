@@ -59,8 +59,37 @@ class QkdbGroup(typer.core.TyperGroup):
 
             close = difflib.get_close_matches(name, list(COMMANDS), n=3, cutoff=0.6)
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            ctx.fail(f"No such command {name!r}.{hint} `qkdb --help` lists them all.")
+            ctx.fail(f"No such command {name!r}.{hint}")
         return super().resolve_command(ctx, args)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        # A usage error is one `error:` line too (docs/cli.md), not typer's boxed panel: click runs
+        # without its own handling, and what it raises is said here, with the help to ask for.
+        # (typer 0.26-0.28 carries its own click as typer._click: pyproject pins that range)
+        from typer._click import exceptions as cx
+        from typer.exceptions import Abort
+
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except cx.NoArgsIsHelpError as exc:  # `qkdb` or `qkdb hub` alone: the help, as typer shows it
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)
+            sys.exit(exc.exit_code)
+        except cx.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "qkdb"
+            typer.echo(f"error: {_one_line(exc.format_message())} (`{where} -h` for help)", err=True)
+            sys.exit(exc.exit_code)
+        except Abort:
+            typer.echo("interrupted", err=True)
+            sys.exit(INTERRUPTED)
+        except cx.ClickException as exc:
+            typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        # (click returns an exit's code, e.g. --help's 0, where it would have exited)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         # --debug is accepted anywhere on the line (`qkdb query "..." --debug`), not only before
@@ -110,6 +139,10 @@ class QkdbGroup(typer.core.TyperGroup):
             )
 
 
+def _one_line(message: str) -> str:
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
 def _fail(message: str, code: int, debug: bool = False) -> None:
     """Say ``message`` in one line on stderr and exit with ``code``; with ``debug``, the traceback first.
 
@@ -120,8 +153,7 @@ def _fail(message: str, code: int, debug: bool = False) -> None:
 
         sys.stderr.write(traceback.format_exc())
     # One line, whatever a library put in the message.
-    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {_one_line(message)}", err=True)
     raise SystemExit(code) from None
 
 

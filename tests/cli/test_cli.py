@@ -448,3 +448,30 @@ def test_an_unknown_command_without_a_neighbour_points_to_the_listing(runner):
     out = runner.invoke(app, ["zzz"])
     assert out.exit_code == 2
     assert "No such command 'zzz'" in out.stderr and "Did you mean" not in out.stderr
+    assert "`qkdb -h` for help" in out.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["query"], "error: Missing argument 'sql'. (`qkdb query -h` for help)"),
+    (["chart", "--bogus"], "error: No such option: --bogus (`qkdb chart -h` for help)"),
+    (["models", "-f", "nope"], "error: Invalid value for '--format' / '-f': 'nope' is not one of"),
+    (["benchmarks", "list", "--nope"], "error: No such option: --nope"),
+])
+def test_a_usage_error_is_one_error_line_with_exit_2(args, said):
+    # issue 47: typer's five-line panel broke docs/cli.md's promise of one `error:` line (a real process:
+    # the panel is drawn by the framework's standalone mode, which the in-process runner also goes through).
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "qkdb", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(said), done.stderr
+
+
+def test_describe_an_unknown_name_is_not_found(runner, tmp_path):
+    from qkdb import api
+
+    api.connect(tmp_path / "h", read_only=False).close()  # a warehouse (a writer creates it)
+    out = runner.invoke(app, ["describe", "nope", "--home", str(tmp_path / "h")])
+    assert out.exit_code == EXIT_CODES["not_found"] and "no table or view named 'nope'" in out.stderr
