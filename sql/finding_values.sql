@@ -15,6 +15,8 @@
 -- Column v_to: For a change between checkpoints: the mean at the later one.
 -- Column input_x: For a difference or ratio of two means: the first (mean x); for a group's lead: the group's mean.
 -- Column input_y: For a difference or ratio of two means: the second (mean y); for a group's lead: the highest other group's mean.
+-- Column n_input_x: For a difference or ratio of two groups' means (x and y on different heads): the heads behind the first.
+-- Column n_input_y: The heads behind the second.
 -- Column sum_x: Sum of the rows' x.
 -- Column n_models: Models with rows.
 -- Column models: The models whose heads have values here (findings names the ingested layers of those captured in part).
@@ -51,6 +53,7 @@ agg as (
         count(distinct fi.model) as n_models,
         list(distinct fi.model order by fi.model) filter (where fi.x is not null or fi.y is not null) as models,
         count(fi.x) as n_x,
+        count(fi.y) as n_y,
         count(fi.x) filter (where fi.arm = 1) as n_x1,
         count(*) filter (where fi.x is not null and fi.y is not null) as n_xy,
         -- fsum/favg (compensated sums): a mean over heads must not depend on how DuckDB's threads
@@ -125,6 +128,10 @@ est as (
         -- The two means a difference, ratio or lead combines, so that its value can be read as a - b.
         case when a.stat in ('diff_of_means', 'ratio_of_means') then a.mean_x when a.stat = 'lead' then l.input_x end as input_x,
         case when a.stat in ('diff_of_means', 'ratio_of_means') then a.mean_y when a.stat = 'lead' then l.input_y end as input_y,
+        -- A difference of two groups' means (x and y on different heads: the taxonomy's categories)
+        -- with each group's head count, which the two means alone do not show.
+        case when a.stat in ('diff_of_means', 'ratio_of_means') and a.n_xy = 0 then a.n_x end as n_input_x,
+        case when a.stat in ('diff_of_means', 'ratio_of_means') and a.n_xy = 0 then a.n_y end as n_input_y,
         a.sum_x,
         a.n_models,
         a.models,

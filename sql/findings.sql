@@ -245,7 +245,8 @@ ecl as (
     qualify row_number() over (partition by f.y_metric, f.mode order by f.n desc, f.span desc) = 1
 ),
 measured as (
-    select id, scope, stat, estimand, value, value_lo, value_hi, v_from, v_to, input_x, input_y, sum_x, n_models, models, n_heads,
+    select id, scope, stat, estimand, value, value_lo, value_hi, v_from, v_to, input_x, input_y, n_input_x, n_input_y, sum_x,
+           n_models, models, n_heads,
            ci_low, ci_high, low_max, high_min, ci_method, null::varchar as text
     from ivc
     where id not in ('002.F5.family')
@@ -267,6 +268,8 @@ judged as (
         m.stat,
         m.input_x,
         m.input_y,
+        m.n_input_x,
+        m.n_input_y,
         m.sum_x,
         m.text,
         m.n_models,
@@ -403,7 +406,9 @@ select
                     || ': ' || f.s[1]
                 -- A difference or ratio with the two means it combines: '0.80 - 0.48 = 0.32'.
                 when f.input_x is not null and f.input_y is not null then
-                    f.s[10] || case when f.stat = 'ratio_of_means' then ' / ' else ' - ' end || f.s[11] || ' = ' || f.s[1]
+                    f.s[10] || coalesce(printf(' (n = %d)', f.n_input_x), '')
+                    || case when f.stat = 'ratio_of_means' then ' / ' else ' - ' end
+                    || f.s[11] || coalesce(printf(' (n = %d)', f.n_input_y), '') || ' = ' || f.s[1]
                 else f.s[1]
             end
             || case when f.ci_low is not null and f.test <> 'tiny' and f.id <> '002.F5.simpson' then ' [' || f.s[8] || ', ' || f.s[9] || ']' else '' end

@@ -22,6 +22,11 @@
 -- Column ap_mixed: Mean ap_overall of the mixed heads.
 -- Column ap_content_focused: Mean ap_overall of the content-focused heads.
 -- Column ap_k_positional: Mean ap_overall of the K-positional heads.
+-- Column n_position_dominated: Position-dominated heads behind ap_position_dominated.
+-- Column n_q_positional: Q-positional heads behind ap_q_positional.
+-- Column n_mixed: Mixed heads behind ap_mixed.
+-- Column n_content_focused: Content-focused heads behind ap_content_focused.
+-- Column n_k_positional: K-positional heads behind ap_k_positional.
 with h as (
     select s.scope, s.family, s.model, s.source_model, s.category, p.*
     exclude (model, layer, head)
@@ -45,7 +50,13 @@ select
     avg(ap_overall) filter (where category = 'q-positional') as ap_q_positional,
     avg(ap_overall) filter (where category = 'mixed') as ap_mixed,
     avg(ap_overall) filter (where category = 'content-focused') as ap_content_focused,
-    avg(ap_overall) filter (where category = 'k-positional') as ap_k_positional
+    avg(ap_overall) filter (where category = 'k-positional') as ap_k_positional,
+    -- Each mean with its head count: a category mean of 1 head reads like one of 100 otherwise.
+    count(ap_overall) filter (where category = 'position-dominated') as n_position_dominated,
+    count(ap_overall) filter (where category = 'q-positional') as n_q_positional,
+    count(ap_overall) filter (where category = 'mixed') as n_mixed,
+    count(ap_overall) filter (where category = 'content-focused') as n_content_focused,
+    count(ap_overall) filter (where category = 'k-positional') as n_k_positional
 from h
 group by scope, family, model, estimator
 order by case scope when 'overall' then 0 when 'family' then 1 else 2 end, family, model,

@@ -64,3 +64,36 @@ def test_a_refusal_names_its_real_cause(runner, con, chart_home):
     # No mapped model at all: it says so, and how to draw the author's values.
     res = runner.invoke(app, ["chart", "plasticity-vs-benchmark", "--benchmark", "ruler", "--home", str(chart_home)])
     assert "no ingested model stands for a model scored on ruler" in res.stderr and "--source thesis" in res.stderr
+
+
+def test_a_difference_of_two_categories_prints_each_with_its_head_count(con):
+    # issue 47: "0.635 - 0.567 = 0.068" hid that one mean was of 1 head; the counts here are by hand.
+    # (This warehouse has no Q-positional head: its mixed ones are relabelled, for this connection only.)
+    db = con.execute("select current_database()").fetchall()[0][0]
+    con.execute(f"create temp view scoped_heads as select * replace (if(category = 'mixed', 'q-positional', category) "
+                f"as category) from \"{db}\".main.scoped_heads")
+    try:
+        _check_counts(con)
+    finally:
+        con.execute("drop view temp.scoped_heads")
+
+
+def _check_counts(con):
+    n = dict(con.execute(
+        "select s.category, count(p.ap_overall) from scoped_heads s join plasticity p on p.model = s.source_model "
+        "and p.layer = s.layer and p.head = s.head where s.scope = 'overall' and p.estimator = 'empirical' "
+        "group by all").fetchall())
+    rows = dict(con.execute("select id, measured from findings where id like '003.ap.%_vs_%'").fetchall())
+    pairs = {"003.ap.content_vs_qpos": ("content-focused", "q-positional"),
+             "003.ap.qpos_vs_posdom": ("q-positional", "position-dominated")}
+    checked = 0
+    for fid, (a, b) in pairs.items():
+        if n.get(a) and n.get(b):
+            assert f"(n = {n[a]}) - " in rows[fid] and f"(n = {n[b]}) = " in rows[fid], (rows[fid], n)
+            checked += 1
+    assert checked, n
+    q_dominant = con.execute("select measured from findings where id = '003.fig01.q_dominant'").fetchall()[0][0]
+    assert "(n = " not in q_dominant  # a difference over the same heads: one n, the row's
+    got = con.execute("select n_q_positional, n_position_dominated from plasticity_by_model "
+                      "where scope = 'overall' and estimator = 'empirical'").fetchall()[0]
+    assert got == (n.get("q-positional", 0), n.get("position-dominated", 0))

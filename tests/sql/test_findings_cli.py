@@ -413,7 +413,6 @@ def test_cli_findings_formats_and_filters(runner, warehouse):
     finally:
         con.close()
     assert full["003.fig01.q_dominant"]["measured"].startswith(f"{r_q:.2f} - {r_k:.2f} = "), full["003.fig01.q_dominant"]
-
     res = runner.invoke(app, ["findings", "--home", str(warehouse), "--series", "sim-series", "-f", "csv"])
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[0].startswith('"id","seed","finding","statement"')
