@@ -119,7 +119,8 @@ def test_combined_hash_is_over_names_and_file_hashes(tmp_path):
     assert {n: f["sha256"] for n, f in rec["weight_files"].items()} == files
     assert {f["from"] for f in rec["weight_files"].values()} == {"hashed"}
     lines = "".join(f"{n}\t{files[n]}\n" for n in sorted(files))
-    assert rec["weights_sha256"] == hashlib.sha256(lines.encode()).hexdigest()
+    # (not safetensors inside: hashed by file)
+    assert rec["weights_sha256"] == hashlib.sha256(lines.encode()).hexdigest() and rec["weights_hashed"] == "files"
     # A Hugging Face cache's link to an LFS blob: the blob's name is the Hub's sha256, not read again.
     blobs = tmp_path / "cache" / "blobs"
     blobs.mkdir(parents=True)
@@ -134,3 +135,37 @@ def test_combined_hash_is_over_names_and_file_hashes(tmp_path):
     (tmp_path / "empty").mkdir()
     assert weights_record(tmp_path / "empty") is None
     assert json.dumps(rec)  # (JSON, as qkdb_dataset.json holds it)
+
+
+def test_one_checkpoint_in_one_file_or_in_shards_hashes_alike(tmp_path):
+    # issue 47: saved whole and in shards, one checkpoint had two weights_sha256, so a series took it twice.
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from qkdb.ingest.capture.weights import weights_record
+
+    rng = np.random.default_rng(0)
+    tensors = {f"model.layers.{i}.w": rng.normal(size=(8, 4)).astype(np.float32) for i in range(6)}
+    tensors["lm_head.weight"] = rng.normal(size=(16,)).astype(np.float16)
+    whole, sharded, changed = tmp_path / "whole", tmp_path / "sharded", tmp_path / "changed"
+    for d in (whole, sharded, changed):
+        d.mkdir()
+    save_file(tensors, str(whole / "model.safetensors"))
+    names = sorted(tensors)[::-1]  # other order, other files
+    for k in range(0, len(names), 2):
+        save_file({n: tensors[n] for n in names[k:k + 2]}, str(sharded / f"model-{k // 2 + 1:05d}-of-00004.safetensors"))
+    edited = dict(tensors)
+    edited["model.layers.3.w"] = edited["model.layers.3.w"].copy()
+    edited["model.layers.3.w"][0, 0] += 1e-3
+    save_file(edited, str(changed / "model.safetensors"))
+    a, b, c = (weights_record(d) for d in (whole, sharded, changed))
+    assert a["weights_hashed"] == b["weights_hashed"] == "tensors"
+    assert a["weights_sha256"] == b["weights_sha256"] and len(b["weight_files"]) == 4
+    assert c["weights_sha256"] != a["weights_sha256"]
+    # The same bytes under another dtype or shape are other weights.
+    save_file({**tensors, "lm_head.weight": tensors["lm_head.weight"].view(np.int16)}, str(changed / "model.safetensors"))
+    assert weights_record(changed)["weights_sha256"] != a["weights_sha256"]
+    # Independently: the definition, from the tensors themselves.
+    lines = "".join(f"{n}\t{ {np.float32: 'F32', np.float16: 'F16'}[tensors[n].dtype.type]}\t{list(tensors[n].shape)}\t"
+                    f"{hashlib.sha256(tensors[n].tobytes()).hexdigest()}\n" for n in sorted(tensors))
+    assert a["weights_sha256"] == hashlib.sha256(lines.encode()).hexdigest()
