@@ -26,4 +26,5 @@ __getattr__, __dir__ = facade(__name__, {
     "render": "module:qkdb.charts.render",
     "build_report": "qkdb.charts.report",
     "report_split": "module:qkdb.charts.report_split",
+    "claims": "module:qkdb.charts.claims",
 })

@@ -507,9 +507,7 @@ def import_benchmarks(paths: Iterable[str | os.PathLike], home: str | os.PathLik
     notes = refresh_findings(where)
     con = benchmarks_connection(where)
     try:
-        from qkdb.warehouse.benchmark_mapping import unmapped_notes
-
-        notes += unmapped_notes(con, [(r["benchmark"], r["bench_model"]) for r in scores])
+        notes += warehouse.unmapped_notes(con, [(r["benchmark"], r["bench_model"]) for r in scores])
     finally:
         con.close()
     return {"files": files, "stored": stored, "notes": notes,

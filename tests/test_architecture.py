@@ -134,3 +134,14 @@ def test_import_qkdb_and_its_help_never_load_ray(args):
     )
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "False", done.stderr
+
+
+def test_every_function_is_under_150_lines():
+    # issue 47: a function longer than a screenful or three hides its steps (rope_planes was 154).
+    long = sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for folder in FOLDERS for path in (ROOT / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 >= 150
+    )
+    assert long == []

@@ -59,6 +59,8 @@ __getattr__, __dir__ = facade(__name__, {
     "read_benchmark_files": "qkdb.warehouse.benchmark_files",
     "benchmark_model_row": "qkdb.warehouse.benchmark_files",
     "check_mapping": "qkdb.warehouse.benchmark_mapping",
+    "unmapped_notes": "qkdb.warehouse.benchmark_mapping",
+    "close_names": "qkdb.warehouse.benchmark_mapping",
     "store_benchmarks": "qkdb.warehouse.benchmarks",
     "benchmarks_memory_connection": "qkdb.warehouse.benchmarks",
 })

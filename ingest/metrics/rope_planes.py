@@ -245,18 +245,7 @@ def rope_planes(
     uq, rq = _unit(Xq[:, re_sl], Xq[:, im_sl])
     uk, rk = _unit(Xk[:, re_sl], Xk[:, im_sl])
 
-    if omega is not None:
-        source = "given"
-        omega = np.asarray(omega, dtype=np.float64).reshape(-1)
-        if omega.shape != (J,) or not np.all(np.isfinite(omega)) or np.any(omega < 0):
-            raise InputError(f"RoPE frequencies: expected {J} finite values >= 0 (one per plane), got {omega.shape[0]}")
-    elif rope_theta is None:
-        source = "fitted"
-        omega, _ = fit_frequency(uq, tq, uk, tk, signed=False)
-        omega = np.nan_to_num(omega, nan=0.0)  # positions that do not vary: nothing to fit
-    else:
-        source = "given"
-        omega = rope_frequencies(r, rope_theta, rope_scaling)
+    omega, source = _plane_frequencies(omega, rope_theta, rope_scaling, r, (uq, tq, uk, tk))
     turns = omega * span / (2.0 * math.pi)
     # Only planes that turn at least once can be rotating: the others are not tested, so that
     # Holm's family is the planes a flag could be about (and the test costs nothing for them).
@@ -286,13 +275,7 @@ def rope_planes(
     coh_q, T_q = derotated(uq, Xq, tq)
     coh_k, T_k = derotated(uk, Xk, tk)
     statistic, df = combine_kinds(T_q, T_k)
-    if source == "fitted":
-        # ω_j came from a search of [0, π/g]: Davies' bound over that band pays for it.
-        sd_t = max(float(np.std(tq)) if len(tq) else 0.0, float(np.std(tk)) if len(tk) else 0.0)
-        g = position_quantum(np.concatenate([tq, tk])) if len(tq) + len(tk) else 1.0
-        p_value = search_p_value(statistic, df, bandwidth=min(math.pi, math.pi / g) * sd_t)
-    else:
-        p_value = search_p_value(statistic, df)
+    p_value = _p_values(statistic, df, source == "fitted", tq, tk)
     p_adjusted = holm(p_value)
     rotating = np.nan_to_num(p_adjusted, nan=1.0) < PLANE_ALPHA
     return {
@@ -312,6 +295,31 @@ def rope_planes(
         "p_adjusted": p_adjusted,
         "rotating": rotating,
     }
+
+
+def _plane_frequencies(omega, rope_theta, rope_scaling, r: int, fit_on) -> tuple[np.ndarray, str]:
+    """The planes' ω and where they come from: as given (a capture's ``inv_freq``), from the RoPE
+    base, or ``fitted`` on the unit phasors ``fit_on = (uq, tq, uk, tk)`` when neither is known."""
+    J = r // 2
+    if omega is not None:
+        omega = np.asarray(omega, dtype=np.float64).reshape(-1)
+        if omega.shape != (J,) or not np.all(np.isfinite(omega)) or np.any(omega < 0):
+            raise InputError(f"RoPE frequencies: expected {J} finite values >= 0 (one per plane), got {omega.shape[0]}")
+        return omega, "given"
+    if rope_theta is None:
+        omega, _ = fit_frequency(*fit_on, signed=False)
+        return np.nan_to_num(omega, nan=0.0), "fitted"  # positions that do not vary: nothing to fit
+    return rope_frequencies(r, rope_theta, rope_scaling), "given"
+
+
+def _p_values(statistic: np.ndarray, df, fitted: bool, tq: np.ndarray, tk: np.ndarray) -> np.ndarray:
+    """χ² p-values of the planes' statistics; a fitted ω_j came from a search of [0, π/g], which
+    Davies' bound over that band pays for."""
+    if not fitted:
+        return search_p_value(statistic, df)
+    sd_t = max(float(np.std(tq)) if len(tq) else 0.0, float(np.std(tk)) if len(tk) else 0.0)
+    g = position_quantum(np.concatenate([tq, tk])) if len(tq) + len(tk) else 1.0
+    return search_p_value(statistic, df, bandwidth=min(math.pi, math.pi / g) * sd_t)
 
 
 def _unit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

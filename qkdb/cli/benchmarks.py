@@ -97,7 +97,7 @@ def list_runs(
 def _known_benchmark(benchmark: str, home: Path | None) -> None:
     """Refuse a benchmark without scores (exit 4), naming the scored ones."""
     from qkdb.errors import InputError
-    from qkdb.warehouse.benchmark_mapping import close_names
+    from qkdb.warehouse import close_names
 
     con = api.benchmarks_connection(home)
     try:
