@@ -357,9 +357,14 @@ def models_overview_rows(home: str | os.PathLike | None = None) -> list[dict]:
         # name, a capture of another config); the registry's, where they differ, beside them.
         differ = [f"{f}={_fact(getattr(spec, f))}" for f in _OVERVIEW_FACTS
                   if getattr(spec, f) is not None and _fact(getattr(spec, f)) != _fact(row.get(f))]
+        # The scaling's source is the registry's only where the ingested scaling is the registry's.
+        same_scaling = _same_scaling(spec.rope_scaling, row.get("rope_scaling"))
+        if not same_scaling:
+            differ.append(f"rope_scaling={_fact(spec.rope_scaling) if spec.rope_scaling is not None else 'none'}")
+        source = spec.rope_scaling_source if same_scaling else f"the dataset ({row.get('source') or 'ingested'})"
         out.append(_overview_row(spec.model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
                                  row["gqa_ratio"], row["head_dim"], row["rope_theta"], row.get("rope_scaling"),
-                                 spec.rope_scaling_source, spec.series, True, row, ", ".join(differ) or None))
+                                 source, spec.series, True, row, ", ".join(differ) or None))
     for model, row in sorted(ingested.items()):
         out.append(_overview_row(model, row["family"], row["n_layers"], row["n_q_heads"], row["n_kv_heads"],
                                  row["gqa_ratio"], row["head_dim"], row["rope_theta"], row.get("rope_scaling"),
@@ -368,6 +373,20 @@ def models_overview_rows(home: str | os.PathLike | None = None) -> list[dict]:
 
 
 _OVERVIEW_FACTS = ("family", "n_layers", "n_q_heads", "n_kv_heads", "gqa_ratio", "head_dim", "rope_theta")
+
+
+def _same_scaling(a, b) -> bool:
+    """Whether two RoPE scalings (dicts, JSON text or None) are the same."""
+    import json
+
+    def parsed(v):
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+        return v
+    return parsed(a) == parsed(b)
 
 
 def _fact(v):

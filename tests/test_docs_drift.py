@@ -31,6 +31,13 @@ def test_every_cited_test_file_exists():
     assert not missing
 
 
+def test_no_doc_cites_a_path_outside_the_repository():
+    # issue 47: docs/plasticity.md sent readers to ../shared/, which a clone does not have.
+    outside = [(p.name, m) for p in DOCS for m in re.findall(r"(?<![\w/])(?:\.\./[\w./-]+|/work/[\w./-]+)", _text(p))
+               if not (p.parent / m).resolve().is_relative_to(ROOT)]
+    assert not outside
+
+
 def test_every_exit_code_a_doc_names_is_one_the_cli_has():
     known = set(EXIT_CODES.values()) | {0, INTERRUPTED}
     said = [(p.name, int(n)) for p in DOCS

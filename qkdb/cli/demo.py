@@ -134,6 +134,16 @@ def _write_report(home: Path, path: Path) -> Path | None:
     return path
 
 
+def _sniff_install() -> str:
+    """How to add the sniff extra to this installation: from its checkout when it runs from one."""
+    import qkdb
+
+    root = Path(qkdb.__file__).resolve().parents[1]
+    if (root / "pyproject.toml").is_file() and (root / "ingest").is_dir():  # an editable install of a checkout
+        return f"pip install -e '{root}[sniff]'"
+    return "pip install 'qkdb[sniff]'"
+
+
 def _next_steps(home: Path, report: Path | None) -> None:
     # The README's "A session" block, with this machine's paths: pasted as is, it continues here.
     h = shlex.quote(str(home))
@@ -149,6 +159,6 @@ def _next_steps(home: Path, report: Path | None) -> None:
         "  qkdb shell",
         "Your own data goes to the default warehouse, apart from the demo's (`unset QKDB_HOME` first):",
         "  qkdb ingest --model llama3.2-3b          # a model from the seeds, from the Hugging Face Hub",
-        "  pip install 'qkdb[sniff]' && qkdb sniff --model-path ./my-hf-model --out ./sniffed   # your own model",
+        f"  {_sniff_install()} && qkdb sniff --model-path ./my-hf-model --out ./sniffed   # your own model",
     ]
     say("\n".join(lines))

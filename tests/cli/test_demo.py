@@ -148,3 +148,9 @@ def test_the_demo_ends_with_the_readmes_session_and_it_runs_as_printed(tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (home / ".local" / "share" / "qkdb").exists()  # nothing went to the default warehouse
+    # The extra for one's own model, as this installation takes it: from the checkout it runs from
+    # (`pip install 'qkdb[sniff]'` would fetch another qkdb from PyPI; issue 47).
+    import qkdb
+
+    own = next(ln for ln in tail.splitlines() if "qkdb sniff" in ln)
+    assert f"pip install -e '{Path(qkdb.__file__).resolve().parents[1]}[sniff]'" in own

@@ -172,6 +172,11 @@ def test_a_simulation_under_a_registry_name_is_ingested_with_its_own_facts(runne
     assert "n_layers=16" in mine["registry_differs"] and "rope_theta=500000" in mine["registry_differs"]
     assert "family" not in mine["registry_differs"]
     assert all(not r["registry_differs"] for r in listed if r["model"] != "llama3.2-1b")
+    # Its RoPE scaling is the dataset's (none), so its source is not the registry's (issue 47).
+    assert mine["rope_scaling"] in ("", "NULL") and mine["rope_scaling_source"] == "the dataset (simulate)"
+    assert "rope_scaling={" in mine["registry_differs"]
+    (other,) = [r for r in listed if r["model"] == "llama3.2-3b"]  # not ingested: the registry's, and its source
+    assert other["rope_scaling"].startswith("{") and other["rope_scaling_source"] not in ("", "NULL")
     # An option still overrides both, and then nothing is said of that fact.
     result = runner.invoke(app, ["ingest", "--path", str(ds), "--rope-theta", "10000", "--n-layers", "3", "--force",
                                  "-q", "-j", "1"])
