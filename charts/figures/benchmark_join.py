@@ -114,7 +114,10 @@ def _scatter(data: list[dict], x: str, y: str, x_title: str, y_title: str) -> al
     fams = natural_sorted({d["family"] for d in data})
     color = alt.Color("family:N", scale=family_scale(fams), title="family", legend=alt.Legend(orient="bottom"))
     base = alt.Chart().encode(
-        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(zero=False, padding=24)),
+        # Few ticks, and a label dropped rather than touching its neighbour (a narrow span of AP drop
+        # gives a tick every 0.01: "0.300.31").
+        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(zero=False, padding=24),
+                axis=alt.Axis(tickCount=6, labelOverlap="greedy", labelSeparation=6)),
         y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False, padding=16)),
         tooltip=["model:N", "bench_model:N", "match_kind:N", alt.Tooltip(f"{x}:Q", format=".4g"),
                  alt.Tooltip(f"{y}:Q", format=".4g")],

@@ -72,7 +72,9 @@ def build_profile(con: duckdb.DuckDBPyConnection, models=None, series=None, head
     pick = alt.param(name="estimator", value="empirical",
                      bind=alt.binding_select(options=list(ESTIMATORS), name="estimator "))
     base = alt.Chart().transform_filter("datum.estimator == estimator")
-    x = alt.X("x:Q", title="query position (fraction of the context length L)", scale=alt.Scale(domain=[0, 1]))
+    # A short title and five ticks: side by side, facets' axis titles must not run into each other.
+    x = alt.X("x:Q", title="query position ÷ context length L", scale=alt.Scale(domain=[0, 1]),
+              axis=alt.Axis(tickCount=5, format=".1f"))
     y = alt.Y("ap:Q", title="AP", scale=alt.Scale(domain=[0, 1]))
     grey = base.transform_filter(alt.datum.kind == "head").mark_line(color="#bbbbbb", strokeWidth=0.8, opacity=0.6).encode(
         x=x, y=y, detail="head:N", tooltip=["head:N", alt.Tooltip("ap:Q", format=".3f")])
@@ -81,11 +83,13 @@ def build_profile(con: duckdb.DuckDBPyConnection, models=None, series=None, head
         x=x, y=y, tooltip=[alt.Tooltip("ap:Q", title="mean AP", format=".3f"), alt.Tooltip("n_heads:Q", title="heads")])
     built = alt.layer(grey, bold, data=values(data)).properties(width=300, height=180).facet(
         facet=alt.Facet("model:N", sort=drawn.models, title=None), columns=3,
-    ).properties(title=alt.TitleParams(
+    # Each facet its own x axis: the last row's empty cells then draw none (a shared axis is drawn
+    # under every column, models or not).
+    ).resolve_axis(x="independent").properties(title=alt.TitleParams(
         "Attention plasticity along the context",
-        subtitle=[f"Per model: AP by decile of query position; grey: up to {per_model} heads per model, bold: the",
-                  "mean over every head. The menu below picks the estimator (empirical, gaussian, thesis).",
-                  AP + "."] + ([drawn.note] if drawn.note else [])))
+        subtitle=[f"Per model, AP by decile of query position: grey, up to {per_model} heads each; bold, the mean over every head.",
+                  "AP is 1 where the query decides which of two keys wins, 0 where position does.",
+                  "The menu below picks the estimator (empirical, gaussian, thesis)."] + ([drawn.note] if drawn.note else [])))
     # The menu is a top-level param: FacetChart.add_params would hand it to the first layer, whose
     # siblings' filters could not read it (Vega: "Unrecognized signal name").
     built.params = [pick.param]
@@ -130,7 +134,9 @@ def build_heatmap(con: duckdb.DuckDBPyConnection, models=None, series=None, head
     )
     built = alt.layer(rect, data=values(data)).properties(width=260, height=200).facet(
         facet=alt.Facet("model:N", sort=drawn.models, title=None), columns=3,
-    ).properties(title=alt.TitleParams(
+    # Each facet its own x axis: the last row's empty cells then draw none (a shared axis is drawn
+    # under every column, models or not).
+    ).resolve_axis(x="independent").properties(title=alt.TitleParams(
         "Attention plasticity by key distance and query distance",
         subtitle=["Per model: mean pair plasticity (empirical) of the key pairs in each cell (log2 bins of the keys'",
                   "distance apart and of the query's distance after their midpoint), over every head and decile bin.",
@@ -171,8 +177,8 @@ def build_by_taxonomy(con: duckdb.DuckDBPyConnection, models=None, series=None, 
     ).properties(title=alt.TitleParams(
         "Does the head taxonomy predict attention plasticity?",
         subtitle=["Seed 003: position-dominated heads low, content-focused high, Q-positional in between.",
-                  "AP over the context per head (empirical, ticks; boxes: quartiles), by taxonomy category (PC0 r_q and",
-                  "|r_k|, thresholds 0.7 / 0.3). " + AP + "."]))
+                  "AP over the context per head (empirical, ticks; boxes: quartiles), by taxonomy category",
+                  "(PC0 r_q and |r_k|, thresholds 0.7 / 0.3). AP is 1 where the query decides, 0 where position does."]))
     means = {}
     for d in data:
         means.setdefault(d["category"], []).append(d["ap"])

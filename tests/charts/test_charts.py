@@ -834,3 +834,28 @@ def test_slope_ratio_legend_lists_all_models_only_where_that_row_is_drawn(specs,
     finally:
         con.close()
     assert legend(solo) == ["Solo"]
+
+
+# A line that ends on one of these broke a phrase in two (issue 47: "... bold: the" / "mean over every head").
+DANGLING = {"the", "a", "an", "of", "and", "or", "to", "in", "on", "by", "with", "for", "its", "per", "from", "as", "at"}
+
+
+def _subtitles(spec) -> list[str]:
+    found = []
+    if isinstance(spec, dict):
+        title = spec.get("title")
+        if isinstance(title, dict):
+            sub = title.get("subtitle")
+            found += [sub] if isinstance(sub, str) else list(sub or [])
+        for v in spec.values():
+            found += _subtitles(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            found += _subtitles(v)
+    return found
+
+
+def test_no_subtitle_line_breaks_a_phrase(specs):
+    broken = [(name, line) for name, spec in specs.items() for line in _subtitles(spec)
+              if line.rstrip(" ,;:(").split() and line.rstrip(" ,;:(").split()[-1].lower() in DANGLING]
+    assert broken == []
