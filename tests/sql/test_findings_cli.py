@@ -355,7 +355,7 @@ def test_end_to_end_views_match_the_tables(warehouse):
     assert -95 < lc["measured_value"] < -85
     # 8 heads per checkpoint (4 key-head groups, paired, in 2 layers): too few for a bootstrap, enough for the
     # stratified jackknife with t for 2 df (issue 37), whose interval still shows the planted -90%
-    assert lc["ci_method"].startswith("stratified jackknife over 4 key-head groups of the two checkpoints (paired)")
+    assert lc["ci_method"].startswith("approximate: stratified jackknife over 4 key-head groups of the two checkpoints (paired)")
     assert "t with 2 df" in lc["ci_method"] and lc["ci_low"] < lc["measured_value"] < lc["ci_high"] < -45.5
     assert lc["status"] == "holds"
     # NoPE control: the simulated NoPE layer has no rotating RoPE plane, the other layer does.

@@ -182,7 +182,7 @@ def test_what_each_interval_is_about():
     restrict_models(few, ["m00"])
     assert few.execute("select estimand from findings where id = '003.F1.pos_var_q'").fetchall()[0][0] == "these models"
     r = _by_id(intervals.compute(few))[("003.F1.pos_var_q", "overall")]
-    assert r["ci_method"].startswith("stratified jackknife over 20 key-head groups, in strata of layers (t with 16 df")
+    assert r["ci_method"].startswith("approximate: stratified jackknife over 20 key-head groups, in strata of layers (t with 16 df")
 
 
 def _set(tables: dict, name: str, **columns) -> dict:
@@ -261,7 +261,7 @@ def test_few_key_head_groups_get_the_stratified_jackknife_with_t_down_to_four(mo
     tables = build_tables(models=STANDALONE[:1])
     con = make_connection(tables)
     r = _by_id(intervals.compute(con))[("003.F2.fisher", "overall")]  # a mean without a finite-vector bias
-    assert r["ci_method"].startswith("stratified jackknife over 20 key-head groups, in strata of layers (t with 16 df")
+    assert r["ci_method"].startswith("approximate: stratified jackknife over 20 key-head groups, in strata of layers (t with 16 df")
     heads = con.execute("select layer, fisher_pc0 from heads order by layer, head").fetchnumpy()
     x, layer = heads["fisher_pc0"], heads["layer"]
     # independently: the stratified variance of the mean of 20 equal groups, t with 16 df
@@ -277,7 +277,7 @@ def test_few_key_head_groups_get_the_stratified_jackknife_with_t_down_to_four(mo
                                                                        pa.compute.less(tables["heads"]["head"], 2)))}
     got = _by_id(intervals.compute(make_connection(small)))
     assert got[("003.F2.fisher", "overall")]["ci_method"].startswith(
-        "stratified jackknife over 4 key-head groups, in strata of layers (t with 2 df")
+        "approximate: stratified jackknife over 4 key-head groups, in strata of layers (t with 2 df")
     assert got[("002.F1.slope_ratio", "overall")]["ci_low"] is None
     assert "a median needs a bootstrap" in got[("002.F1.slope_ratio", "overall")]["ci_method"]
     # 3 groups: none, and why
