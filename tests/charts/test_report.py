@@ -449,6 +449,12 @@ def test_the_sinks_report_draws_them_in_their_section(sink_home):
     lo, hi = (float(x) / 100 for x in rate[0].split("[")[1].rstrip("]").split(","))
     assert rate[0].startswith(f"{100 * per_text:.1f}%") and abs(per_text - 0.75) < 0.05 and lo <= 0.75 <= hi
     assert rate[1] in ("does not hold", "inconclusive")
+    # No model of this warehouse stands for a benchmarked one: the benchmark figures show the seeds'
+    # author's values, and say so, rather than nothing (issue 47).
+    ecl = report.html[report.html.index(f'id="{claims.home_of("plasticity-vs-benchmark").anchor}"'):]
+    ecl = ecl[:ecl.index("</section>")]
+    assert 'data-figure="plasticity-vs-benchmark"' in ecl and 'data-figure="plasticity-retention"' in ecl
+    assert "the seeds&#x27; author" in ecl or "the seeds' author" in ecl
 
 
 def test_claims_table_gives_every_figure_one_home():
