@@ -59,7 +59,7 @@ def test_six_query_heads_of_two_key_heads_count_as_two(tmp_path):
     home = _ingest(tmp_path, "gqa", layers=1, q_heads=6, kv_heads=2, head_dim=32, vectors=400)
     neg = _findings(home)["002.F2.bias_negative"]
     k = round(neg["measured_value"] * 6)
-    assert neg["n_heads"] == 6 and neg["ci_method"].startswith("Wilson score interval over 6 heads counted as 2")
+    assert neg["n_heads"] == 6 and neg["ci_method"].startswith("approximate: Wilson score interval over 6 heads counted as 2")
     assert (neg["ci_low"], neg["ci_high"]) == pytest.approx(wilson_interval(k / 3, 2))
 
 

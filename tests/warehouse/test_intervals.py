@@ -270,7 +270,11 @@ def test_few_key_head_groups_get_the_stratified_jackknife_with_t_down_to_four(mo
     assert (r["ci_low"], r["ci_high"]) == (pytest.approx(x.mean() - half), pytest.approx(x.mean() + half))
     # from JACKKNIFE_UNITS groups on, the bootstrap
     monkeypatch.setattr(intervals, "JACKKNIFE_UNITS", 20)
-    assert _by_id(intervals.compute(con))[("003.F2.fisher", "overall")]["ci_method"].startswith("bootstrap over 20")
+    assert _by_id(intervals.compute(con))[("003.F2.fisher", "overall")]["ci_method"].startswith("approximate: bootstrap over 20")
+    monkeypatch.undo()
+    # from APPROXIMATE_UNITS groups on, no longer labelled approximate
+    monkeypatch.setattr(intervals, "APPROXIMATE_UNITS", 20)
+    assert _by_id(intervals.compute(con))[("003.F2.fisher", "overall")]["ci_method"].startswith("stratified jackknife")
     monkeypatch.undo()
     # 2 layers x 2 heads: 4 groups, 2 strata, 2 df: still an interval (t = 4.30); a median needs a bootstrap
     small = {**tables, "heads": tables["heads"].filter(pa.compute.and_(pa.compute.less(tables["heads"]["layer"], 2),
