@@ -60,7 +60,7 @@ __getattr__, __dir__ = facade(__name__, {
     "benchmark_model_row": "qkdb.warehouse.benchmark_files",
     "check_mapping": "qkdb.warehouse.benchmark_mapping",
     "unmapped_notes": "qkdb.warehouse.benchmark_mapping",
-    "close_names": "qkdb.warehouse.benchmark_mapping",
+    "check_benchmark": "qkdb.warehouse.benchmark_mapping",
     "store_benchmarks": "qkdb.warehouse.benchmarks",
     "benchmarks_memory_connection": "qkdb.warehouse.benchmarks",
 })

@@ -25,6 +25,21 @@ def close_names(name: str, known: list[str], n: int = 3) -> list[str]:
     return list(dict.fromkeys(same + [by_lower[k] for k in near]))[:n]
 
 
+def did_you_mean(name: str, known: list[str]) -> str:
+    """`` (did you mean 'A' or 'B'?)`` for the known names close to ``name``; empty when none is."""
+    near = close_names(name, known)
+    return f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+
+
+def check_benchmark(con: duckdb.DuckDBPyConnection, benchmark: str) -> None:
+    """Refuse a benchmark without scores (not found), naming the close names and the scored ones."""
+    benches = [r[0] for r in con.execute("select distinct benchmark from benchmark_scores order by 1").fetchall()]
+    if benchmark not in benches:
+        raise InputError(f"no scores on a benchmark named {benchmark!r}{did_you_mean(benchmark, benches)}; scored "
+                         f"benchmarks: {', '.join(benches) or 'none'}. Import its scores first (`qkdb benchmarks import`)",
+                         kind="not_found")
+
+
 def check_mapping(con: duckdb.DuckDBPyConnection, row: dict) -> list[str]:
     """Refuse ``row`` (a ``benchmark_models`` row) when its benchmarked model has no scores; else the notes it needs.
 
@@ -32,16 +47,9 @@ def check_mapping(con: duckdb.DuckDBPyConnection, row: dict) -> list[str]:
     when the captured model is not ingested and which stored mapping this one replaces.
     """
     benchmark, bench_model, model = row["benchmark"], row["bench_model"], row["model"]
+    check_benchmark(con, benchmark)
     known = [r[0] for r in con.execute(
         "select distinct bench_model from benchmark_scores where benchmark = ? order by 1", [benchmark]).fetchall()]
-    if not known:
-        benches = [r[0] for r in con.execute("select distinct benchmark from benchmark_scores order by 1").fetchall()]
-        near = close_names(benchmark, benches)
-        raise InputError(
-            f"no scores on a benchmark named {benchmark!r}"
-            + (f" (did you mean {' or '.join(repr(b) for b in near)}?)" if near else "")
-            + f"; scored benchmarks: {', '.join(benches) or 'none'}. Import its scores first (`qkdb benchmarks import`)",
-            kind="not_found")
     if bench_model not in known:
         near = close_names(bench_model, known)
         raise InputError(
@@ -52,11 +60,8 @@ def check_mapping(con: duckdb.DuckDBPyConnection, row: dict) -> list[str]:
     notes = []
     ingested = [r[0] for r in con.execute("select model from models order by 1").fetchall()]
     if model not in ingested:
-        near = close_names(model, ingested)
-        notes.append(
-            f"warning: {model!r} is not ingested in this warehouse"
-            + (f" (did you mean {' or '.join(repr(m) for m in near)}?)" if near else "")
-            + ": the mapping is stored and joins its scores once a model of that name is ingested")
+        notes.append(f"warning: {model!r} is not ingested in this warehouse{did_you_mean(model, ingested)}: the "
+                     "mapping is stored and joins its scores once a model of that name is ingested")
     old = con.execute("select bench_model, match_kind, origin from benchmark_models where model = ? and benchmark = ?",
                       [model, benchmark]).fetchall()
     for old_bench, old_kind, origin in old:

@@ -96,18 +96,13 @@ def list_runs(
 
 def _known_benchmark(benchmark: str, home: Path | None) -> None:
     """Refuse a benchmark without scores (exit 4), naming the scored ones."""
-    from qkdb.errors import InputError
-    from qkdb.warehouse import close_names
+    from qkdb.warehouse import check_benchmark
 
     con = api.benchmarks_connection(home)
     try:
-        known = [r[0] for r in con.execute("select distinct benchmark from benchmark_scores order by 1").fetchall()]
+        check_benchmark(con, benchmark)
     finally:
         con.close()
-    if benchmark not in known:
-        near = close_names(benchmark, known)
-        raise InputError(f"no benchmark named {benchmark!r} has scores" + (f" (did you mean {near[0]!r}?)" if near else "")
-                         + f"; scored: {', '.join(known) or 'none'}", kind="not_found")
 
 
 SHOW_SQL = """
