@@ -49,6 +49,8 @@
 -- Column n_heads: Heads behind the measured value (for a change: at the later checkpoint).
 with
 fiv as materialized (select * from finding_intervals),
+-- The models ingested in some of their layers, once (a few rows; read per finding row below).
+partial as materialized (select model, description from ingested_layers where subset),
 state as materialized (select * from finding_state),
 p as materialized (select * from params),
 claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, test, lo, hi, margin, fmt, vfmt) as (
@@ -387,8 +389,8 @@ select
     -- (in every format and in stored rows, not only in a note on stderr).
     f.estimand || coalesce(': ' || (
         select string_agg(if(len(f.models) = 1, '', il.model || ' ') || il.description, '; ' order by il.model)
-        from ingested_layers il
-        where il.subset and list_contains(f.models, il.model)), '') as estimand,
+        from partial il
+        where list_contains(f.models, il.model)), '') as estimand,
     f.seed_value,
     case
         when f.value is null then null
