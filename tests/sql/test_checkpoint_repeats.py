@@ -140,9 +140,23 @@ def test_combined_hash_is_over_names_and_file_hashes(tmp_path):
 def test_one_checkpoint_in_one_file_or_in_shards_hashes_alike(tmp_path):
     # issue 47: saved whole and in shards, one checkpoint had two weights_sha256, so a series took it twice.
     import numpy as np
-    from safetensors.numpy import save_file
 
     from qkdb.ingest.capture.weights import weights_record
+
+    def save_file(tensors: dict, path: str) -> None:
+        """A safetensors file as its specification lays it out (the safetensors package is in the sniff
+        extra only): 8 bytes of header length, the JSON header, then the tensors' bytes, 8-aligned."""
+        dtypes = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int16): "I16"}
+        header, chunks, at = {}, [], 0
+        for name, a in tensors.items():
+            raw = np.ascontiguousarray(a).tobytes()
+            header[name] = {"dtype": dtypes[a.dtype], "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
+            chunks.append(raw)
+            at += len(raw)
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(path, "wb") as f:
+            f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
 
     rng = np.random.default_rng(0)
     tensors = {f"model.layers.{i}.w": rng.normal(size=(8, 4)).astype(np.float32) for i in range(6)}
