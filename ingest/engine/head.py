@@ -13,9 +13,9 @@ from qkdb.ingest.metrics.complement import complement_pairs
 from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.metrics.pca import combined_pca, qk_accuracy
-from qkdb.ingest.metrics.plasticity import ESTIMATORS, head_plasticity
+from qkdb.ingest.metrics.plasticity import ESTIMATORS, KeyIndex, head_plasticity
 from qkdb.ingest.metrics.points import sample_points
-from qkdb.ingest.metrics.recency import head_recency
+from qkdb.ingest.metrics.recency import KeyPrefix, head_recency
 from qkdb.ingest.metrics.rope_planes import rope_planes, strongest_plane
 from qkdb.ingest.metrics.rotation import planar_rotation
 from qkdb.ingest.engine.plane_layout import RopeLayout
@@ -33,6 +33,8 @@ class KindData:
     # Every row, the sink candidates a sampled capture kept (--keep-first) included: attention mass
     # reads these; None when ``data`` is every row already
     with_sinks: HeadData | None = None
+    # What a key file's query heads share (GQA), built by the first that needs it: name -> object
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -285,9 +287,11 @@ def _plasticity(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptio
     if length is None:
         length = int(max(t_q.max(), t_k.max())) + 1
     length = max(int(length), 10)
+    if "key_index" not in k.derived:
+        k.derived["key_index"] = KeyIndex.of(t_k, k.data.example_id)
     got = head_plasticity(q.data.vectors, t_q, k.data.vectors, t_k, k.data.example_id, length, rng,
                           window=q.data.sliding_window, max_pairs=options.plasticity_pairs,
-                          max_queries=options.plasticity_queries)
+                          max_queries=options.plasticity_queries, keys=k.derived["key_index"])
     n_est = len(ESTIMATORS)
     rows.tables["plasticity"] = {
         "layer": np.full(n_est, ctx.layer), "head": np.full(n_est, ctx.head), "estimator": list(ESTIMATORS),
@@ -317,6 +321,9 @@ def _plasticity(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptio
         "query_distance_bin": np.array([c[1] for c in cells], np.int64),
         "n_pairs": np.array([c[2] for c in cells], np.int64), "ap": np.array([c[3] for c in cells], np.float64),
     }
-    rec = head_recency(q.data.vectors, t_q, q.data.example_id, k.data.vectors, t_k, k.data.example_id,
-                       None if bias_strength is None or not np.isfinite(bias_strength) else float(bias_strength))
+    if "key_prefix" not in k.derived:
+        k.derived["key_prefix"] = KeyPrefix.of(k.data.vectors, t_k, k.data.example_id)
+    rec = head_recency(q.data.vectors, t_q, q.data.example_id, None, None, None,
+                       None if bias_strength is None or not np.isfinite(bias_strength) else float(bias_strength),
+                       keys=k.derived["key_prefix"])
     rows.tables["recency"] = {"layer": ctx.layer, "head": ctx.head, **rec}

@@ -41,6 +41,7 @@ ESTIMATORS = ("empirical", "gaussian", "thesis")
 MIN_QUERIES = 32  # a bin with fewer queries has no value
 MAX_PAIRS = 1024  # key pairs drawn per bin (all of them when there are fewer)
 LENGTH_BASE = 1024  # the first length bin's context
+_MAP_BASE = 1 << 16  # the 2-D map's cell code: key-distance bin · base + query-distance bin (both < 2⁶⁴ tokens: < 64)
 
 
 @dataclass(frozen=True)
@@ -81,33 +82,59 @@ def context_bins(length: int) -> list[Bin]:
     return bins
 
 
+@dataclass(frozen=True)
+class KeyIndex:
+    """A head's keys grouped by text once (a stable sort), so each bin's draw filters instead of sorting.
+
+    ``perm`` lists the keys text by text (ascending), each text's keys in their own order; ``code`` is
+    each listed key's text number (0, 1, … in that order) and ``pos`` its position.
+    """
+
+    perm: np.ndarray
+    code: np.ndarray
+    pos: np.ndarray
+    n_texts: int
+
+    @classmethod
+    def of(cls, key_pos: np.ndarray, key_text: np.ndarray) -> "KeyIndex":
+        key_pos, key_text = np.asarray(key_pos), np.asarray(key_text)
+        perm = np.argsort(key_text, kind="stable")
+        uniq, code = np.unique(key_text[perm], return_inverse=True)
+        return cls(perm, code.ravel(), key_pos[perm], int(uniq.size))
+
+
 def draw_pairs(key_pos: np.ndarray, key_text: np.ndarray, before: float, rng: np.random.Generator,
-               max_pairs: int = MAX_PAIRS, window_from: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+               max_pairs: int = MAX_PAIRS, window_from: float | None = None,
+               keys: KeyIndex | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Key pairs ``(a, c)`` (indices into the keys) of one text each, both keys at positions ``< before``.
 
     With ``window_from`` (a sliding-window layer: the bin's mean query position less the window),
     both keys also lie at positions ``≥ window_from``. All pairs when there are at most ``max_pairs``,
-    else ``max_pairs`` of them drawn uniformly without replacement.
+    else ``max_pairs`` of them drawn uniformly without replacement. ``keys`` (:class:`KeyIndex` of the
+    same keys) saves the grouping by text when one head draws for many bins; the draw is the same.
 
     Returns
     -------
     (a, c) : two int64 arrays of key indices, ``a`` before ``c`` in the key order.
     """
-    ok = key_pos < before
+    if keys is None:
+        keys = KeyIndex.of(key_pos, key_text)
+    ok = keys.pos < before
     if window_from is not None:
-        ok &= key_pos >= window_from
-    idx = np.flatnonzero(ok)
-    if idx.size < 2:
+        ok &= keys.pos >= window_from
+    order = keys.perm[ok]  # the admissible keys text by text, each text's in key order
+    if order.size < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = idx[np.argsort(key_text[idx], kind="stable")]
-    texts, start, m = np.unique(key_text[order], return_index=True, return_counts=True)
+    m = np.bincount(keys.code[ok], minlength=keys.n_texts)
+    start = np.cumsum(m) - m
     pairs_per_text = m * (m - 1) // 2
     total = int(pairs_per_text.sum())
     if total == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     chosen = np.arange(total, dtype=np.int64) if total <= max_pairs else np.sort(
         rng.choice(total, size=max_pairs, replace=False))
-    # pair number -> (text, i < j within the text), from the cumulative counts and the triangle
+    # pair number -> (text, i < j within the text), from the cumulative counts and the triangle (a text
+    # without pairs adds no pair number: searching to the right steps over it)
     ends = np.cumsum(pairs_per_text)
     text = np.searchsorted(ends, chosen, side="right")
     r = chosen - (ends[text] - pairs_per_text[text])  # rank within the text's pairs
@@ -237,6 +264,57 @@ def thesis_pp(frame: DriftFrame, mean: np.ndarray, cov: np.ndarray, tau: float, 
     return _normal_pp(m, v, scale)
 
 
+def bin_estimates(Qb: np.ndarray, sample: np.ndarray, delta: np.ndarray, frame: DriftFrame,
+                  tau: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair's PP by the three estimators for one bin, from one matrix product.
+
+    The same numbers as :func:`empirical_pp` (over ``sample``), :func:`gaussian_pp` (the bin's
+    shrunk moments) and :func:`thesis_pp` (its unshrunk covariance), tested equal: the pairs meet
+    the covariance, the sampled queries, the mean and the reflection's vector in one
+    ``pairs × d × (2d + 2)`` product instead of four passes, so a bin costs one product and a few
+    element-wise passes (issue 48; docs/benchmarks.md).
+
+    Parameters
+    ----------
+    Qb : (n, d) the bin's queries (the Gaussian and thesis moments).
+    sample : (n_s, d) the queries the empirical estimator compares, n_s ≥ 2.
+    delta : (pairs, d) the pairs' key differences.
+    frame : the head's :class:`DriftFrame`; tau the bin's mean query position.
+
+    Returns
+    -------
+    (empirical, gaussian, thesis) : three float64 arrays of per-pair PP.
+    """
+    n_s, d = sample.shape
+    if n_s < 2:
+        raise ValueError(f"the empirical estimator needs at least 2 queries, got {n_s}")
+    mean, cov, S = shrunk_moments(Qb, with_empirical=True)
+    u = frame.u
+    R = np.empty((d, d + n_s + 2))
+    R[:, :d] = cov
+    R[:, d:d + n_s] = sample.T
+    R[:, d + n_s] = mean
+    R[:, d + n_s + 1] = u
+    G = delta @ R
+    # empirical: p̂ = (n + Σ sign(qᵀδ)) / 2n is the share with qᵀδ > 0, ties ½ (integers: exact)
+    p = (n_s + np.sign(G[:, d:d + n_s]).sum(axis=1)) / (2.0 * n_s)
+    pp_e = 4.0 * p * (1.0 - p) * n_s / (n_s - 1.0)
+    sq = np.einsum("ij,ij->i", delta, delta)
+    v_g = np.einsum("ij,ij->i", G[:, :d], delta)
+    pp_g = _normal_pp(G[:, d + n_s], v_g, sq * max(float(np.trace(cov)) / max(d, 1), 1e-300))
+    # thesis: δ̃ = Hδ from δᵀu (the product's last column); the frame's first coordinate follows position
+    dt = delta - 2.0 * np.outer(G[:, d + n_s + 1], u)
+    su = S @ u
+    var = np.diagonal(S) - 4.0 * u * su + 4.0 * u * u * float(u @ su)
+    w_m = mean - 2.0 * float(mean @ u) * u
+    w_m[0] = frame.alpha + frame.beta * tau
+    w_v = var.copy()
+    w_v[0] = frame.sigma2
+    scale_t = sq * max((frame.sigma2 + float(var[1:].sum())) / d, 1e-300)
+    pp_t = _normal_pp(dt @ w_m, (dt * dt) @ w_v, scale_t)
+    return pp_e, pp_g, pp_t
+
+
 def log2_bin(x: np.ndarray) -> np.ndarray:
     """``⌊log2 x⌋`` for x ≥ 1 (distances in tokens); 0 below 1."""
     x = np.asarray(x, np.float64)
@@ -257,7 +335,7 @@ class BinResult:
 
 def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarray, key_text: np.ndarray,
                     length: int, rng: np.random.Generator, *, window: int | None = None, max_pairs: int = MAX_PAIRS,
-                    max_queries: int | None = None) -> dict:
+                    max_queries: int | None = None, keys: KeyIndex | None = None) -> dict:
     """One head's plasticity: every bin's AP by every estimator, the head's summaries, and the 2-D map.
 
     Parameters
@@ -275,6 +353,8 @@ def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarr
     max_queries : int, optional
         Queries per bin the empirical estimator compares (a seeded sample of the bin's; all when None).
         The Gaussian and thesis estimators use every query of the bin.
+    keys : KeyIndex, optional
+        The keys grouped by text, when the caller shares them across the query heads of a key head.
 
     Returns
     -------
@@ -289,12 +369,20 @@ def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarr
     key_text = np.asarray(key_text)
     frame = drift_frame(Q, t_q)
     bins = context_bins(int(length))
+    if keys is None:
+        keys = KeyIndex.of(t_k, key_text)
     results: list[BinResult] = []
-    # the 2-D map, over the decile bins' pairs (empirical): (key-distance bin, query-distance bin) -> sums
-    map_sums: dict[tuple[int, int], list[float]] = {}
+    # the 2-D map, over the decile bins' pairs (empirical): one code per (key-distance, query-distance)
+    # bin, summed at the end
+    map_codes: list[np.ndarray] = []
+    map_pp: list[np.ndarray] = []
+    # the queries in position order once: a bin's are a slice (a view) for its moments
+    by_pos = np.argsort(t_q, kind="stable")
+    Q_pos, t_pos = Q[by_pos], t_q[by_pos]
     for b in bins:
-        sel = np.flatnonzero((t_q >= b.lo) & (t_q < b.hi))
-        n = int(sel.size)
+        lo_i, hi_i = np.searchsorted(t_pos, [b.lo, b.hi], side="left")
+        n = int(hi_i - lo_i)
+        sel = np.flatnonzero((t_q >= b.lo) & (t_q < b.hi)) if n else np.zeros(0, np.int64)
         nan = {e: math.nan for e in ESTIMATORS}
         if n < MIN_QUERIES:
             results.append(BinResult(b, float(t_q[sel].mean()) if n else math.nan, n, 0, nan,
@@ -302,38 +390,36 @@ def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarr
             continue
         tq = t_q[sel]
         lo, tau = float(tq.min()), float(tq.mean())
-        a, c = draw_pairs(t_k, key_text, lo, rng, max_pairs, None if window is None else tau - window)
+        a, c = draw_pairs(t_k, key_text, lo, rng, max_pairs, None if window is None else tau - window, keys=keys)
         if a.size == 0:
             results.append(BinResult(b, tau, n, 0, nan, "no key pair before its queries"))
             continue
         delta = K[a] - K[c]
-        Qb = Q[sel]
+        Qb = Q_pos[lo_i:hi_i]
         sample = Qb
-        if max_queries is not None and n > max_queries:
-            sample = Qb[np.sort(rng.choice(n, size=max_queries, replace=False))]
-        pp_e = empirical_pp(sample, delta)
-        mean, cov, S = shrunk_moments(Qb, with_empirical=True)
-        pp_g = gaussian_pp(mean, cov, delta)
-        pp_t = thesis_pp(frame, mean, S, tau, delta)
+        if max_queries is not None and n > max_queries:  # (the k-th query of the bin in the head's order)
+            sample = Q[sel[np.sort(rng.choice(n, size=max_queries, replace=False))]]
+        pp_e, pp_g, pp_t = bin_estimates(Qb, sample, delta, frame, tau)
         results.append(BinResult(b, tau, n, int(a.size),
                                  {"empirical": float(pp_e.mean()), "gaussian": float(pp_g.mean()),
                                   "thesis": float(pp_t.mean())}))
         if b.kind == "decile":
             kd = log2_bin(np.abs(t_k[a] - t_k[c]))
             qd = log2_bin(tau - (t_k[a] + t_k[c]) / 2.0)
-            cells, inv = np.unique(np.stack([kd, qd], axis=1), axis=0, return_inverse=True)
-            sums = np.bincount(inv.ravel(), weights=pp_e, minlength=len(cells))
-            counts = np.bincount(inv.ravel(), minlength=len(cells))
-            for (k, q), sm, n_cell in zip(cells.tolist(), sums.tolist(), counts.tolist()):
-                acc = map_sums.setdefault((k, q), [0.0, 0.0])
-                acc[0] += sm
-                acc[1] += n_cell
+            map_codes.append(kd * _MAP_BASE + qd)
+            map_pp.append(pp_e)
     summary = {e: summarise([r for r in results if r.bin.kind == "decile"], e, length) for e in ESTIMATORS}
     deciles = [r for r in results if r.bin.kind == "decile" and math.isfinite(r.ap["empirical"])]
     gap = float(np.mean([abs(r.ap["gaussian"] - r.ap["empirical"]) for r in deciles])) if deciles else math.nan
     empty = [r for r in results if r.why]
     notes = "; ".join(f"{r.bin.kind} {r.bin.index}: {r.why}" for r in empty) or None
-    rows_2d = [(kd, qd, int(n), s / n) for (kd, qd), (s, n) in sorted(map_sums.items()) if n > 0]
+    rows_2d = []
+    if map_codes:
+        cells, inv = np.unique(np.concatenate(map_codes), return_inverse=True)
+        sums = np.bincount(inv.ravel(), weights=np.concatenate(map_pp), minlength=cells.size)
+        counts = np.bincount(inv.ravel(), minlength=cells.size)
+        rows_2d = [(int(code) // _MAP_BASE, int(code) % _MAP_BASE, int(k), float(sm) / k)
+                   for code, sm, k in zip(cells.tolist(), sums.tolist(), counts.tolist())]
     return {"bins": results, "summary": summary, "map": rows_2d, "gauss_gap": gap, "notes": notes}
 
 

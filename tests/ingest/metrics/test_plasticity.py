@@ -252,3 +252,70 @@ def test_every_decile_is_the_brute_force_mean_over_all_its_admissible_pairs():
         assert b.ap["gaussian"] == pytest.approx(np.mean(gau), rel=1e-9)
         checked += 1
     assert checked >= 3
+
+
+# ------------------------------------------------------------------------------ the one-product bin (issue 48)
+
+
+def test_one_product_per_bin_gives_each_estimators_own_numbers():
+    # bin_estimates (what head_plasticity runs) against the three estimators' own functions, pair by
+    # pair, on queries with a drift, a mean and ties (integer coordinates make qᵀδ = 0 happen)
+    rng = np.random.default_rng(21)
+    for n, d, n_s in ((200, 16, 64), (80, 64, 80), (40, 3, 2)):
+        tq = rng.integers(0, 4000, n).astype(float)
+        Q = rng.integers(-3, 4, size=(n, d)).astype(float) + 1.5
+        Q[:, 1] += 1e-3 * tq
+        delta = rng.integers(-2, 3, size=(300, d)).astype(float)
+        frame = pl.drift_frame(Q, tq)
+        sample = Q[rng.choice(n, size=n_s, replace=False)]
+        e, g, t = pl.bin_estimates(Q, sample, delta, frame, 1234.5)
+        mean, cov, S = pl.shrunk_moments(Q, with_empirical=True)
+        assert np.array_equal(e, pl.empirical_pp(sample, delta))
+        assert g == pytest.approx(pl.gaussian_pp(mean, cov, delta), rel=1e-11, abs=1e-14)
+        assert t == pytest.approx(pl.thesis_pp(frame, mean, S, 1234.5, delta), rel=1e-11, abs=1e-14)
+    with pytest.raises(ValueError, match="at least 2 queries"):
+        pl.bin_estimates(Q, Q[:1], delta, frame, 0.0)
+
+
+def test_a_key_index_draws_the_same_pairs_as_grouping_anew():
+    rng = np.random.default_rng(22)
+    tk = rng.integers(0, 3000, 2500).astype(float)
+    text = rng.choice(np.array([7, 3, 11, 5]), 2500)  # (text ids neither dense nor sorted)
+    keys = pl.KeyIndex.of(tk, text)
+    for before, window_from in ((800.0, None), (2900.0, 2000.0), (5.0, None)):
+        a1, c1 = pl.draw_pairs(tk, text, before, np.random.default_rng(1), 1024, window_from)
+        a2, c2 = pl.draw_pairs(tk, text, before, np.random.default_rng(1), 1024, window_from, keys=keys)
+        assert np.array_equal(a1, a2) and np.array_equal(c1, c2)
+        # (and what the pairs are: of one text, a before c in the key order, each once)
+        assert np.all(text[a1] == text[c1]) and np.all(a1 < c1)
+        assert len(set(zip(a1.tolist(), c1.tolist()))) == a1.size
+
+
+def test_the_blocked_prefix_sums_are_numpys_cumsum():
+    from qkdb.ingest.metrics.recency import _prefix_rows
+
+    rng = np.random.default_rng(23)
+    for n in (1, 63, 64, 65, 1000):
+        X = rng.normal(size=(n, 5))
+        s = rng.random(n)
+        want = np.vstack([np.zeros(5), np.cumsum(X, axis=0)])
+        assert _prefix_rows(X) == pytest.approx(want, rel=1e-12, abs=1e-12)
+        assert _prefix_rows(X, scale=s) == pytest.approx(np.vstack([np.zeros(5), np.cumsum(X * s[:, None], axis=0)]),
+                                                         rel=1e-12, abs=1e-12)
+
+
+def test_a_key_heads_shared_prefix_gives_each_query_head_its_own_slopes():
+    # GQA: the query heads of one key head share its KeyPrefix (built once); each head's slopes are
+    # the ones it gets alone
+    from qkdb.ingest.metrics.recency import KeyPrefix
+
+    rng = np.random.default_rng(24)
+    Q1, tq, K, tk, ex = _head(rng, n=1500, d=8, drift=1e-3)
+    Q2 = rng.normal(size=Q1.shape)
+    keys = KeyPrefix.of(K, tk, ex)
+    for Q in (Q1, Q2):
+        alone = query_slopes(Q, tq, ex, K, tk, ex)
+        shared = query_slopes(Q, tq, ex, None, None, None, keys=keys)
+        assert np.array_equal(alone[1], shared[1])
+        assert np.array_equal(np.isnan(alone[0]), np.isnan(shared[0]))
+        assert np.nanmax(np.abs(alone[0] - shared[0])) == 0.0
