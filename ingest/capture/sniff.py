@@ -44,8 +44,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
@@ -668,8 +670,8 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
     blocks = [partial.rows(e) for e in range(plan.n_texts)]
     normalisers = [partial.lse(e) for e in range(plan.n_texts)]
     with_lse = bool(normalisers) and all(n is not None for n in normalisers)
-    for i, f in enumerate(plan.files):
-        layer, head, kind = f
+    def write(i: int) -> None:
+        layer, head, kind = f = plan.files[i]
         parts = [blocks[e][plan.text_offsets[e, i]:plan.text_offsets[e, i + 1]] for e in range(plan.n_texts)]
         vectors = np.concatenate(parts) if parts else np.zeros((0, facts.head_dim), options.dtype)
         lse = (np.concatenate([normalisers[e][plan.text_offsets[e, i]:plan.text_offsets[e, i + 1]]
@@ -681,9 +683,22 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
             token_str=prep.tokens[f] if prep.tokens is not None else None,
             dtype=options.dtype, lse=lse,
         )
-        progress("write", done=i + 1, total=len(plan.files))
-        if i == 0:
-            pause("assembling")
+
+    # Files are compressed and written by a thread per core (pyarrow releases the GIL), at most two
+    # files' rows per thread in memory; progress and the first file's pause stay in order.
+    n_threads = max(1, min(os.cpu_count() or 1, len(plan.files)))
+    with ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="qkdb-sniff-write") as pool:
+        pending: deque = deque()
+        for i in range(len(plan.files)):
+            pending.append(pool.submit(write, i))
+            while len(pending) > 2 * n_threads or (i == 0 and pending):
+                pending.popleft().result()
+            progress("write", done=max(0, i + 1 - len(pending)), total=len(plan.files))
+            if i == 0:
+                pause("assembling")
+        while pending:
+            pending.popleft().result()
+        progress("write", done=len(plan.files), total=len(plan.files))
     del blocks
     positions = [p for p in plan.positions.values() if len(p)]
     max_position = int(max(p.max() for p in positions)) if positions else None

@@ -40,6 +40,7 @@ import numpy as np
 from qkdb.errors import SniffError
 from qkdb.ingest.capture import qk_sources, sampling
 from qkdb.ingest.capture.devices import Pending
+from qkdb.ingest.capture.kernel_lse import KernelLse
 from qkdb.ingest.capture.normaliser import sampled_lse
 from qkdb.ingest.capture.rope_layout import (
     NO_ROTATION, SNAP_TOLERANCE, CosSin, FrequencySource, GatheredPE, NotRoPE, Rotation, candidates, gather_pe,
@@ -282,6 +283,7 @@ class Recorder:
         self.deferred = bool(device is not None and device.accelerator) if deferred is None else bool(deferred)
         self.storage_dtype = np.dtype(storage_dtype)
         self.normalise = bool(normalise)
+        self.kernel_lse = KernelLse(torch, backend.name) if self.normalise else None
         self.active = False
         self._ts = _TextState(-1, 0, False)
         self.sliding: dict[int, int | None] = {}
@@ -323,6 +325,7 @@ class Recorder:
         self._pieces: list = []
         self._lse_pieces: list = []
         self._lse = None  # the text's lse per row (NaN for key rows), on the CPU path
+        self._lse_why: dict[int, str | None] = {}  # layer -> why its lse was recomputed (None: the kernel's)
         self._materials: list = []
         self._buffer = None
 
@@ -447,12 +450,34 @@ class Recorder:
     def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
         layer = getattr(module, "layer_idx", None)
         if self.active and layer is not None and layer in self.by_layer:
-            self._layer(module, layer, query, key, kwargs, attention_mask)
+            done = self._kernel(module, layer, query, key, value, attention_mask, args, kwargs)
+            self._layer(module, layer, query, key, kwargs, attention_mask,
+                        kernel_lse=None if done is None else done[1])
+            if layer == self.last_layer:
+                raise StopForward
+            if done is not None:
+                return done[0], None
         elif self.active and layer is not None:
             self.seen_layers.add(layer)
         if self.active and layer == self.last_layer:
             raise StopForward
         return self.backend.forward(module, query, key, value, attention_mask, *args, **kwargs)
+
+    def _kernel(self, module, layer: int, query, key, value, attention_mask, args, kwargs):
+        """``(output, logsumexp)`` from the attention kernel when it gives the layer's normaliser
+        (:mod:`.kernel_lse`), else None (and why, once per layer, for capture.normaliser)."""
+        if self.kernel_lse is None or not self.by_layer[layer]["q"]:
+            return None
+        why = self.kernel_lse.why_not(module, query, key, value, attention_mask, kwargs)
+        done = None
+        if why is None:
+            with self.torch.no_grad():
+                done = self.kernel_lse.attend(self.backend.forward, module, query, key, value, attention_mask,
+                                              args, kwargs)
+            if done is None:
+                why = "the kernel's output differed from sdpa's on this model"
+        self._lse_why.setdefault(layer, why)
+        return done
 
     def _gather_heads(self, states, heads: np.ndarray, positions: np.ndarray, out=None):
         """Rows (head, position) of a (1, heads, seq, d) tensor, in one gather (``out``: a host block slice to fill).
@@ -479,7 +504,7 @@ class Recorder:
             return out
         return got
 
-    def _layer(self, module, layer: int, query, key, kwargs, mask=None) -> None:
+    def _layer(self, module, layer: int, query, key, kwargs, mask=None, kernel_lse=None) -> None:
         if query.shape[0] != 1:
             raise SniffError("internal: qkdb sniff runs one text per forward pass")
         if query.shape[-1] != self.d or key.shape[-1] != self.d:
@@ -518,7 +543,7 @@ class Recorder:
             if len(ix["check_positions"]):
                 obs[kind] = self._gather_heads(states, ix["check_heads"], ix["check_positions"])
             if kind == "q" and b > a and self.normalise:
-                self._normalise(module, layer, query, key, mask, ix, a, b)
+                self._normalise(module, layer, query, key, mask, ix, a, b, kernel_lse)
         establishing = layer not in self.rope
         pre: dict[str, list] = {}
         outputs = self._proj.pop(layer, {})
@@ -541,22 +566,31 @@ class Recorder:
         else:
             self._host_layer(mat, self._ts)
 
-    def _normalise(self, module, layer: int, query, key, mask, ix, a: int, b: int) -> None:
-        """The softmax normaliser of the layer's sampled query rows (:mod:`.normaliser`), into rows a:b of the text's."""
+    def _normalise(self, module, layer: int, query, key, mask, ix, a: int, b: int, kernel_lse=None) -> None:
+        """The softmax normaliser of the layer's sampled query rows, into rows a:b of the text's: the
+        attention kernel's own (``kernel_lse``, (1, n_q, seq)) where it gave one, else recomputed (:mod:`.normaliser`)."""
         sinks = getattr(module, "sinks", None)
         window = self.sliding.get(layer)
         tensor_mask = mask if hasattr(mask, "dim") and mask.dim() == 4 else None
+        why = self._lse_why.get(layer)
         self.normalisers.setdefault(layer, {
             "scaling": self.scale[layer], "softcap": self.softcap.get(layer),
             "mask": ("the mask tensor attention was handed" if tensor_mask is not None else
                      f"causal, sliding window {window}" if window else "causal"),
             "sinks": sinks is not None,
+            "lse_source": "kernel" if kernel_lse is not None else "recomputed",
+            **({"recomputed_because": why} if kernel_lse is None and why else {}),
         })
         device = query.device
-        lse = sampled_lse(self.torch, query.detach(), key.detach(), self._index(ix["heads"], device),
-                          self._index(ix["positions"], device), scaling=self.scale[layer],
-                          softcap=self.softcap.get(layer), window=window, mask=tensor_mask,
-                          sinks=None if sinks is None else sinks.detach())
+        if kernel_lse is not None:  # (n_q, seq) read at (head, position): one flat gather
+            seq = kernel_lse.shape[-1]
+            flat = ix["heads"].astype(np.int64) * seq + ix["positions"].astype(np.int64)
+            lse = kernel_lse[0].detach().reshape(-1).index_select(0, self._index(flat, device))
+        else:
+            lse = sampled_lse(self.torch, query.detach(), key.detach(), self._index(ix["heads"], device),
+                              self._index(ix["positions"], device), scaling=self.scale[layer],
+                              softcap=self.softcap.get(layer), window=window, mask=tensor_mask,
+                              sinks=None if sinks is None else sinks.detach())
         if self.deferred:
             self._lse_pieces.append((a, b, lse))
         else:
@@ -903,9 +937,11 @@ def normaliser_record(recorder: Recorder, max_position: int | None = None) -> di
                        "logit = scaling * q_t.k_s, soft-capped (softcap * tanh(x / softcap)) where the layer caps, "
                        "plus the layer's mask; and the per-head sink logit where the layer has one. A captured "
                        "key's attention weight is exp(logit(t, s) - lse_t)"),
-        "how": ("computed for the sampled query rows from the layer's queries and all its keys as attention "
-                "received them, in blocks (qkdb.ingest.capture.normaliser): transformers' attention functions do "
-                "not return the kernels' own log-sum-exp"),
+        "how": ("taken from the attention kernel (aten._scaled_dot_product_flash_attention_for_cpu, which sdpa runs "
+                "on the CPU for a causal layer without a mask tensor; its output checked equal to sdpa's) where "
+                "layers[].lse_source is 'kernel'; elsewhere ('recomputed', with recomputed_because) computed for "
+                "the sampled query rows from the layer's queries and all its keys as attention received them, in "
+                "blocks (qkdb.ingest.capture.normaliser)"),
         # Whether logit(t, s) can be recomputed from the stored vectors as they are (not --pre-rope, no
         # position scaling divided out of the queries): else they must be turned back first.
         "logits_from_stored_vectors": not transformed,

@@ -88,6 +88,10 @@ def test_captured_weights_are_the_models_eager_attention(family, model_of, famil
             compared += int(seen.sum())
             masked += int((~seen).sum())
     assert compared > 1000 and masked > 0
+    # every layer says where its normaliser came from: the kernel's own, or recomputed and why
+    for entry in normaliser["layers"]:
+        assert entry["lse_source"] in ("kernel", "recomputed"), entry
+        assert (entry["lse_source"] == "recomputed") == bool(entry.get("recomputed_because")), entry
     # (a query scale divided out of the stored queries must be turned back, unless it is 1 wherever captured)
     assert normaliser["logits_from_stored_vectors"] == (not any(
         s["removed"] and s["kind"] == "q" and s["max_factor_in_capture"] != 1 for s in meta.get("position_scaling") or []))
@@ -234,3 +238,27 @@ def test_dense_keeps_every_position_of_every_text(model_of, family_corpus, tmp_p
     for hf in [*discover(out).queries.values(), *discover(out).keys.values()]:
         data = read_head(hf.path)
         assert sorted(zip(data.example_id.tolist(), data.positions.tolist())) == [(e, t) for e in range(2) for t in range(24)]
+
+
+@pytest.mark.parametrize("family, expected", [("llama", {"kernel"}), ("gemma2", {"recomputed"}),
+                                              ("mistral", None), ("gpt_oss", {"recomputed"})])
+def test_the_normaliser_comes_from_the_kernel_exactly_where_sdpa_runs_it_plainly(family, expected, model_of,
+                                                                                   family_corpus, tmp_path):
+    # llama: causal sdpa on the CPU, so the kernel's log-sum-exp (checked against eager above); gemma2
+    # softcaps (eager), gpt-oss adds sinks (eager): recomputed. mistral: its layers slide when the
+    # config sets a window, and then are recomputed; plain causal ones take the kernel's.
+    if family not in CAPTURED:
+        pytest.skip(f"{family} is not in this transformers' coverage matrix")
+    out = tmp_path / "out"
+    tm.sniff_family(model_of(family), family_corpus, out, n_texts=N_TEXTS, max_length=MAX_LENGTH,
+                    vectors_per_head=N_TEXTS * MAX_LENGTH, min_bucket_size=8)
+    layers = read_metadata(out)["capture"]["normaliser"]["layers"]
+    got = {e["layer"]: e for e in layers}
+    assert got
+    if expected is not None:
+        assert {e["lse_source"] for e in layers} == expected, layers
+    for e in layers:
+        if e["lse_source"] == "recomputed":
+            assert e["recomputed_because"]
+        else:
+            assert e["mask"] == "causal" and not e["softcap"] and not e["sinks"], e
