@@ -37,3 +37,33 @@ def dataset(tmp_path) -> Path:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+# -- where the suite's time goes, per file (issue 48: `.ci/run` prints it with --file-durations 15) --
+
+
+def pytest_addoption(parser):
+    parser.addoption("--file-durations", type=int, default=0, metavar="N",
+                     help="print the N test files that took longest (setup, call and teardown summed)")
+
+
+_FILE_SECONDS: dict[str, float] = {}
+_FILE_TESTS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report):
+    # (under xdist this runs in the controller for every worker's reports: the sums are the whole run's)
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+    if report.when == "call":
+        _FILE_TESTS[path] = _FILE_TESTS.get(path, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = config.getoption("--file-durations")
+    if not n or not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"slowest {n} test files (of {total / 60:.1f} worker-minutes in all)")
+    for path, secs in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:n]:
+        terminalreporter.write_line(f"{secs:8.1f}s {secs / total:6.1%}  {_FILE_TESTS.get(path, 0):4d} tests  {path}")
