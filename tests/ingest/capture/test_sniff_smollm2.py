@@ -56,10 +56,20 @@ def measured(gguf, tmp_path_factory):
     return root, home
 
 
-def _eager_alpha1(gguf, windows) -> np.ndarray:
+@pytest.fixture(scope="module")
+def eager_model(gguf):
+    """The model as its own eager attention runs it, loaded once (a GGUF load dequantises every tensor: ~20 s)."""
+    return transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                             attn_implementation="eager")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(gguf):
+    return transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def _eager_alpha1(model, windows) -> np.ndarray:
     """(texts, layers, heads): (1/T) sum_t A_t0 from the model's own eager attention, float32 as it computes."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                              attn_implementation="eager")
     out = []
     with torch.inference_mode():
         for ids in windows:
@@ -68,7 +78,7 @@ def _eager_alpha1(gguf, windows) -> np.ndarray:
     return np.stack(out)
 
 
-def test_every_heads_alpha0_is_eager_attention_and_repeated_tokens_have_no_sink(gguf, measured):
+def test_every_heads_alpha0_is_eager_attention_and_repeated_tokens_have_no_sink(measured, eager_model, tokenizer):
     root, home = measured
     con = api.connect(home, read_only=True)
     try:
@@ -81,7 +91,7 @@ def test_every_heads_alpha0_is_eager_attention_and_repeated_tokens_have_no_sink(
         con.close()
     assert set(card) == {"natural", "random", "repeated"}
     for kind in card:
-        eager = _eager_alpha1(gguf, _fed_windows(gguf, root / kind))
+        eager = _eager_alpha1(eager_model, _fed_windows(tokenizer, root / kind))
         n_heads, n_texts, per_text, pooled, layer_rates = card[kind]
         assert (n_heads, n_texts) == (30 * 9, N_TEXTS) and len(layer_rates) == 30
         got = np.array([[[alpha[(f"smollm2-{kind}", l, h, e)] for h in range(9)] for l in range(30)]
@@ -93,7 +103,7 @@ def test_every_heads_alpha0_is_eager_attention_and_repeated_tokens_have_no_sink(
     assert card["natural"][2] > 0.5  # (a real model has sinks on natural text)
 
 
-def _fed_windows(gguf, capture) -> list[np.ndarray]:
+def _fed_windows(tok, capture) -> list[np.ndarray]:
     """The token windows a capture fed: recomputed from its recorded options, checked against its token hash."""
     from qkdb.ingest.capture import texts
     from qkdb.ingest.capture.sniff import vocabulary
@@ -102,7 +112,6 @@ def _fed_windows(gguf, capture) -> list[np.ndarray]:
 
     meta = read_metadata(capture)
     rec = meta["capture"]["texts"]
-    tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     bos, _ = tokenizer_specials(tok)
     if rec["kind"] == "natural":
         windows = texts.token_windows(texts.iter_documents("pydoc"), lambda s: tok(s, add_special_tokens=False)["input_ids"],
