@@ -382,7 +382,7 @@ def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarr
     for b in bins:
         lo_i, hi_i = np.searchsorted(t_pos, [b.lo, b.hi], side="left")
         n = int(hi_i - lo_i)
-        sel = np.flatnonzero((t_q >= b.lo) & (t_q < b.hi)) if n else np.zeros(0, np.int64)
+        sel = np.sort(by_pos[lo_i:hi_i])  # (the bin's queries in the head's order: what the sample draws from)
         nan = {e: math.nan for e in ESTIMATORS}
         if n < MIN_QUERIES:
             results.append(BinResult(b, float(t_q[sel].mean()) if n else math.nan, n, 0, nan,
