@@ -88,8 +88,9 @@ def findings(
             source = "findings"
         else:
             # The models' rows from one file, not one per model: the stamps' check and the staleness
-            # check below both read them.
-            warehouse.snapshot_models(con, home_dir(home))
+            # check below both read them; the heads' from theirs, for the layer-subset notes (at
+            # 140,000 heads reading every model's file took 0.7 s, a command of 0.25 s).
+            warehouse.shadow_indexes(con, home_dir(home))
             # The rows stored when the models were published, while they match; else the view.
             source = warehouse.findings_source(con)
             if source == "findings" and api.ensure_intervals(con):
