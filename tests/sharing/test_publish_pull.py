@@ -12,6 +12,7 @@ import io
 import json
 import threading
 import time
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -368,16 +369,35 @@ def test_an_upload_that_fails_once_is_retried(hub, publisher):
     assert done.changed and hub.fail_uploads == 0
 
 
-@pytest.mark.slow
-def test_uploads_that_keep_failing_leave_no_commit(hub, publisher):
-    """huggingface_hub retries a failing upload five times (1 + 2 + 4 + 8 + 8 s): this test waits for that."""
+class _NoWait:
+    """The ``time`` module as huggingface_hub's retry loop sees it, with its waits recorded instead of slept."""
+
+    def __init__(self):
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_uploads_that_keep_failing_leave_no_commit(hub, publisher, monkeypatch):
+    """huggingface_hub retries a failing upload five times (1 + 2 + 4 + 8 + 8 s): every retry runs
+    over real HTTP, only its waits are recorded instead of slept (49 s of the suite)."""
+    from huggingface_hub.utils import _http
+
     _publish(hub, publisher, models=["toy-a"])
     before = dict(hub.repos[REPO].branches)
     hub.fail_uploads = -1
+    clock = _NoWait()
+    monkeypatch.setattr(_http, "time", clock)
     with pytest.raises(QkdbError) as err:
         _publish(hub, publisher, prune=True)
     assert "unchanged" in str(err.value) and "\n" not in str(err.value)
     assert hub.repos[REPO].branches == before and len(hub.repos[REPO].commits) == 2
+    # The backoff really ran to its end: each upload thread waited 1, 2, 4, 8 and 8 s before its retries.
+    assert Counter(clock.waits) >= Counter([1, 2, 4, 8, 8]), clock.waits
 
 
 def test_a_file_that_is_not_the_manifests_is_refused_and_nothing_is_added(hub, publisher, tmp_path):
