@@ -44,19 +44,6 @@ def gguf(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def measured(gguf, tmp_path_factory):
-    root = tmp_path_factory.mktemp("smollm2-sinks")
-    home = root / "home"
-    for kind in ("natural", "random", "repeated"):
-        out = root / kind
-        sniff(SniffOptions(out=out, gguf=gguf, text="pydoc" if kind == "natural" else kind, n_texts=N_TEXTS,
-                           max_length=T, pack=False, dense=True, q_heads=None, seed=0, min_tokens=T,
-                           model_name=f"smollm2-{kind}", hf_model="HuggingFaceTB/SmolLM2-135M-Instruct"))
-        api.ingest(out, home=home, workers=1, plasticity=False, complement=False)
-    return root, home
-
-
-@pytest.fixture(scope="module")
 def eager_model(gguf):
     """The model as its own eager attention runs it, loaded once (a GGUF load dequantises every tensor: ~20 s)."""
     return transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
@@ -66,6 +53,36 @@ def eager_model(gguf):
 @pytest.fixture(scope="module")
 def tokenizer(gguf):
     return transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="module")
+def model_folder(eager_model, tokenizer, tmp_path_factory) -> Path:
+    """The same weights as a Hugging Face model folder (the GGUF dequantised once, saved in float32)."""
+    folder = tmp_path_factory.mktemp("smollm2-folder")
+    # (transformers refuses to save a model loaded from a GGUF file: the same weights in a plain one)
+    config = eager_model.config.to_dict()
+    config.pop("quantization_config")
+    plain = transformers.AutoModelForCausalLM.from_config(type(eager_model.config).from_dict(config), dtype=torch.float32)
+    plain.load_state_dict(eager_model.state_dict())
+    plain.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def measured(gguf, model_folder, tmp_path_factory):
+    """Natural text captured from the GGUF file itself; the two controls from the same weights in a
+    model folder (each GGUF load dequantises again: ~25 s apiece)."""
+    root = tmp_path_factory.mktemp("smollm2-sinks")
+    home = root / "home"
+    for kind in ("natural", "random", "repeated"):
+        out = root / kind
+        weights = dict(gguf=gguf) if kind == "natural" else dict(model_path=model_folder)
+        sniff(SniffOptions(out=out, **weights, text="pydoc" if kind == "natural" else kind, n_texts=N_TEXTS,
+                           max_length=T, pack=False, dense=True, q_heads=None, seed=0, min_tokens=T,
+                           model_name=f"smollm2-{kind}", hf_model="HuggingFaceTB/SmolLM2-135M-Instruct"))
+        api.ingest(out, home=home, workers=1, plasticity=False, complement=False)
+    return root, home
 
 
 def _eager_alpha1(model, windows) -> np.ndarray:
