@@ -220,11 +220,7 @@ def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
 
     con.execute("begin")
     bases = _views_sql(home)
-    for table, sql in bases:
-        con.execute(f'create or replace view "{table.name}" as {sql}')
-        con.execute(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
-        for c in table.columns:
-            con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
+    _create_table_views(con, bases)
     # DuckDB binds a view when it is created, and binding a base view globs and reads parquet
     # footers: the finding views, which read the base views ~100 times over, took ~2 s to create.
     # They are created over empty temp tables of the base views' exact types instead (a temp
@@ -236,15 +232,39 @@ def _build(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
     create_views(con)  # (on an error the connection is closed, its temp tables with it)
     for table, _ in bases:
         con.execute(f'drop table temp.main."{table.name}"')
-    con.execute("create or replace table qkdb_meta (key varchar, value varchar)")
+    _write_meta(con, home, fp)
+    con.execute("commit")
+
+
+def _rebase(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
+    """Make a copy of the template catalog (:mod:`~qkdb.warehouse.catalog_template`) the catalog of ``home``.
+
+    Only the table views name the home's files, and ``qkdb_meta`` records it; the finding views read
+    the table views by name, bound again at each query, so they stay as the template has them.
+    """
+    con.execute("begin")
+    _create_table_views(con, _views_sql(home))
+    _write_meta(con, home, fp)
+    con.execute("commit")
+
+
+def _create_table_views(con: duckdb.DuckDBPyConnection, bases: list[tuple[Table, str]]) -> None:
+    for table, sql in bases:
+        con.execute(f'create or replace view "{table.name}" as {sql}')
+        con.execute(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
+        for c in table.columns:
+            con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
+
+
+def _write_meta(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
     from qkdb.warehouse.schema import TABLES
 
+    con.execute("create or replace table qkdb_meta (key varchar, value varchar)")
     con.executemany(
         "insert into qkdb_meta values (?, ?)",
         [("format", str(CATALOG_FORMAT)), ("fingerprint", fp), ("home", str(home))]
         + [(f"model_source.{t.name}", table_view_sql(home, t, MODEL_PLACEHOLDER)) for t in TABLES.values()],
     )
-    con.execute("commit")
 
 
 def check_format(meta: dict[str, str], path: Path) -> None:
@@ -373,6 +393,10 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
     try:
         with FileLock(str(home / LOCKS / "catalog.lock"), timeout=wait):
             _write_schema_files(home)
+            from qkdb.warehouse import catalog_template
+
+            # A new home's catalog: a copy of the one built for these definitions, given this home's paths.
+            template = catalog_template.copy_to(path) if not path.exists() else None
             while True:
                 try:
                     con = duckdb.connect(str(path))
@@ -385,7 +409,9 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
                 meta = dict(con.execute("select key, value from qkdb_meta").fetchall()) if _has_meta(con) else {}
                 check_format(meta, path)
                 rebuilt = meta.get("fingerprint") != fp
-                if rebuilt:
+                if rebuilt and template is not None and meta.get(catalog_template.META_KEY) == template:
+                    _rebase(con, home, fp)
+                elif rebuilt:
                     _build(con, home, fp)
             finally:
                 con.close()
