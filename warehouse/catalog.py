@@ -297,7 +297,7 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
             # stamps): at 467 models that is ~1 s of reading four files a model saved.
             from qkdb.warehouse import head_index
 
-            head_index.shadow_indexes(con, home)
+            head_index.shadow_indexes(con, home, tables=True)
             # scipy's t quantiles are needed after the SQL; their import (~0.15 s) runs on the
             # other core meanwhile (DuckDB leaves the GIL while it runs a query).
             threading.Thread(target=inference.warm_up, daemon=True).start()

@@ -16,6 +16,7 @@ need not know about it, and a home this process cannot write is read without it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 from pathlib import Path
@@ -86,6 +87,11 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+# The key, in an index file's parquet key-value metadata, of every model's stamp (JSON): a model
+# without rows in a table (no sinks in a capture without the normaliser) has its stamp there too.
+_STAMPS_KEY = "qkdb_stamps"
+
+
 def indexed_stamps(con: duckdb.DuckDBPyConnection, target: Path) -> dict[str, str]:
     """Model -> the stamp its rows in the index ``target`` were read with ({} without a readable index)."""
     import duckdb
@@ -93,19 +99,28 @@ def indexed_stamps(con: duckdb.DuckDBPyConnection, target: Path) -> dict[str, st
     if not target.is_file():
         return {}
     try:
+        kv = con.execute(f"select value from parquet_kv_metadata({_quote(str(target))}) where key = ?",
+                         [_STAMPS_KEY.encode()]).fetchall()
+        if kv:
+            return json.loads(kv[0][0].decode())
         return dict(con.execute(f"select distinct model, {VERSION} from read_parquet({_quote(str(target))})").fetchall())
-    except duckdb.Error:  # unreadable (another layout, a torn copy): rebuilt whole
+    except (duckdb.Error, ValueError):  # unreadable (another layout, a torn copy): rebuilt whole
         return {}
 
 
-def write_index(con: duckdb.DuckDBPyConnection, select: str, target: Path) -> Path | None:
-    """Replace the index ``target`` with the rows of ``select``, atomically; None when it cannot be written."""
+def write_index(con: duckdb.DuckDBPyConnection, select: str, target: Path, stamps: dict[str, str] | None = None) -> Path | None:
+    """Replace the index ``target`` with the rows of ``select``, atomically; None when it cannot be written.
+
+    ``stamps`` (model -> stamp, every model the index stands for) go into the file's metadata, so that
+    a model without rows is known to be current as well.
+    """
     import duckdb
 
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    kv = f", kv_metadata {{{_STAMPS_KEY}: {_quote(json.dumps(stamps, sort_keys=True))}}}" if stamps is not None else ""
     try:
         target.parent.mkdir(exist_ok=True)
-        con.execute(f"copy ({select}) to {_quote(str(tmp))} (format parquet)")
+        con.execute(f"copy ({select}) to {_quote(str(tmp))} (format parquet{kv})")
         os.replace(tmp, target)
     except (OSError, duckdb.Error):
         with contextlib.suppress(OSError):

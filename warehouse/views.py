@@ -347,6 +347,7 @@ def snapshot(con: duckdb.DuckDBPyConnection, names: Sequence[str] = SNAPSHOT_VIE
         # (after head_metrics, whose index stands aside once a table it reads is shadowed).
         if home is not None:
             head_index.shadow_pca(con, home)
+            head_index.shadow_tables(con, home)  # (plasticity, the recency term, the planes, the sinks)
     finally:
         con.execute(f"set threads = {int(threads)}")
 

@@ -201,3 +201,71 @@ def test_the_reports_snapshot_reads_pca_from_its_index_and_a_restricted_one_its_
         assert con.execute("select distinct model from pca").fetchall() == [("toy-b",)]
     finally:
         con.close()
+
+
+@pytest.fixture(scope="module")
+def two_samples(tmp_path_factory):
+    """The bundled SmolLM2 sample ingested under two names (every per-head table has rows: it is a
+    capture with RoPE planes and each query's softmax normaliser)."""
+    from qkdb.ingest.capture.sniff_sample import sample_path
+
+    home = tmp_path_factory.mktemp("samples") / "home"
+    with sample_path() as root:
+        for name in ("smol-a", "smol-b"):
+            qkdb.ingest(root, name, home=home, workers=2, points=0)
+    return home, root
+
+
+@pytest.mark.parametrize("which", head_index.TABLES, ids=lambda t: t.view)
+def test_each_per_head_tables_index_holds_the_tables_rows(two_samples, which):
+    # (how an index follows publishes, re-ingests and removals is ensure()'s, tested above for two of them)
+    home, _ = two_samples
+
+    def both():
+        con = qkdb.connect(home, read_only=True)
+        try:
+            order = f"order by {which.order}"
+            view = con.execute(f"select * from {which.view} {order}").fetchall()
+            shadowed = head_index.shadow_tables(con, home)
+            index = con.execute(f"select * from {which.view} {order}").fetchall()
+            sql = con.execute("select sql from duckdb_views() where temporary and view_name = ?", [which.view]).fetchall()
+            return view, index, which.view in shadowed and bool(sql) and which.data in sql[0][0]
+        finally:
+            con.close()
+
+    view, index, shadowed = both()
+    assert shadowed and index == view and len(view) > 0 and {r[0] for r in view} == {"smol-a", "smol-b"}
+
+
+def test_the_refresh_and_the_report_read_the_per_head_tables_from_their_indexes(two_samples, tmp_path):
+    from qkdb import warehouse
+
+    home, _ = two_samples
+    api.refresh_findings(home)
+    for which in head_index.TABLES:  # (the refresh brought each up to date)
+        assert head_index.path(home, which).is_file(), which.view
+    con = qkdb.connect(home, read_only=True)
+    try:
+        plain = con.execute("select * from rotation_planes order by model, layer, head").fetchall()
+        warehouse.snapshot(con, home=home)
+        shadowed = {r[0] for r in con.execute("select view_name from duckdb_views() where temporary").fetchall()}
+        assert {t.view for t in head_index.TABLES} <= shadowed
+        assert con.execute("select * from rotation_planes order by model, layer, head").fetchall() == plain
+    finally:
+        con.close()
+
+
+def test_an_index_of_a_table_without_rows_is_current_and_not_rewritten(dataset, home):
+    # A capture without the softmax normaliser has no attention_mass rows: its stamp is kept in the
+    # index file's metadata, so a second check finds the index current (it was rebuilt every time).
+    which = next(t for t in head_index.TABLES if t.view == "attention_mass")
+    qkdb.ingest(dataset, "toy", workers=1, **FACTS)  # (its refresh brings the index up to date)
+    target = head_index.path(home, which)
+    mtime = os.stat(target).st_mtime_ns
+    con = qkdb.connect(home, read_only=True)
+    try:
+        assert head_index.ensure(home, con, which) == target
+        assert con.execute(f"select count(*) from read_parquet('{target}')").fetchall()[0][0] == 0
+    finally:
+        con.close()
+    assert os.stat(target).st_mtime_ns == mtime
