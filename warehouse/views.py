@@ -347,7 +347,8 @@ def snapshot(con: duckdb.DuckDBPyConnection, names: Sequence[str] = SNAPSHOT_VIE
         # (after head_metrics, whose index stands aside once a table it reads is shadowed).
         if home is not None:
             head_index.shadow_pca(con, home)
-            head_index.shadow_tables(con, home)  # (plasticity, the recency term, the planes, the sinks)
+            # (plasticity, the recency term, the planes, the sinks; plasticity along the context)
+            head_index.shadow_tables(con, home, head_index.TABLES + head_index.REPORT_TABLES)
     finally:
         con.execute(f"set threads = {int(threads)}")
 

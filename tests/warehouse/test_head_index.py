@@ -216,7 +216,7 @@ def two_samples(tmp_path_factory):
     return home, root
 
 
-@pytest.mark.parametrize("which", head_index.TABLES, ids=lambda t: t.view)
+@pytest.mark.parametrize("which", head_index.TABLES + head_index.REPORT_TABLES, ids=lambda t: t.view)
 def test_each_per_head_tables_index_holds_the_tables_rows(two_samples, which):
     # (how an index follows publishes, re-ingests and removals is ensure()'s, tested above for two of them)
     home, _ = two_samples
@@ -226,7 +226,7 @@ def test_each_per_head_tables_index_holds_the_tables_rows(two_samples, which):
         try:
             order = f"order by {which.order}"
             view = con.execute(f"select * from {which.view} {order}").fetchall()
-            shadowed = head_index.shadow_tables(con, home)
+            shadowed = head_index.shadow_tables(con, home, (which,))
             index = con.execute(f"select * from {which.view} {order}").fetchall()
             sql = con.execute("select sql from duckdb_views() where temporary and view_name = ?", [which.view]).fetchall()
             return view, index, which.view in shadowed and bool(sql) and which.data in sql[0][0]
@@ -249,7 +249,7 @@ def test_the_refresh_and_the_report_read_the_per_head_tables_from_their_indexes(
         plain = con.execute("select * from rotation_planes order by model, layer, head").fetchall()
         warehouse.snapshot(con, home=home)
         shadowed = {r[0] for r in con.execute("select view_name from duckdb_views() where temporary").fetchall()}
-        assert {t.view for t in head_index.TABLES} <= shadowed
+        assert {t.view for t in head_index.TABLES + head_index.REPORT_TABLES} <= shadowed
         assert con.execute("select * from rotation_planes order by model, layer, head").fetchall() == plain
     finally:
         con.close()
