@@ -67,3 +67,37 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_sep("=", f"slowest {n} test files (of {total / 60:.1f} worker-minutes in all)")
     for path, secs in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:n]:
         terminalreporter.write_line(f"{secs:8.1f}s {secs / total:6.1%}  {_FILE_TESTS.get(path, 0):4d} tests  {path}")
+
+
+# -- the slowest files first (issue 48): with `--dist loadfile` a worker takes the next file when it is
+# free, so a long file taken last keeps one core busy after the other has finished. xdist's own
+# order (most tests first) put the single-test files that take a minute or more at the very end (the
+# last 10 % of a CI run took a third of its time). Worker-seconds from `.ci/run --file-durations`,
+# 2026-11-29; files not listed keep their order, after these. Only the order changes.
+SLOW_FILES = {
+    "tests/ingest/engine/test_cluster.py": 140,
+    "tests/charts/test_charts.py": 89,
+    "tests/sql/test_verdicts.py": 88,
+    "tests/charts/test_report_browser.py": 85,
+    "tests/sharing/test_publish_pull.py": 83,
+    "tests/ingest/capture/test_sniff_smollm2.py": 74,
+    "tests/ingest/capture/test_sniff_series.py": 68,
+    "tests/ingest/sources/test_input_guards.py": 65,
+    "tests/sql/test_findings_cli.py": 64,
+    "tests/warehouse/test_sink_rate_intervals.py": 64,
+    "tests/sharing/test_sharing_cli.py": 62,
+    "tests/cli/test_cli.py": 58,
+    "tests/ingest/sources/test_hub.py": 57,
+    "tests/ingest/capture/test_sniff_rope_planes.py": 57,
+    "tests/warehouse/test_intervals.py": 56,
+    "tests/test_benchmark_quick.py": 33,
+    "tests/test_calibration_quick.py": 27,
+    "tests/cli/test_demo.py": 36,
+}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def weight(item) -> float:
+        return SLOW_FILES.get(item.nodeid.split("::", 1)[0], 0.0)
+
+    items.sort(key=lambda item: -weight(item))  # (stable: each file's tests keep their order)
