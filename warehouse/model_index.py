@@ -167,7 +167,7 @@ def ensure(home: Path, con: duckdb.DuckDBPyConnection | None = None) -> Path | N
             keep = ", ".join(_quote(m) for m in kept)
             old = f"select * from read_parquet({_quote(str(target))}) where model in ({keep})"
             fresh = f"{old} union all by name {fresh}"
-        return write_index(con, f"{fresh} order by model", target)
+        return write_index(con, f"{fresh} order by model", target, versions)
     finally:
         if own:
             con.close()
