@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -249,11 +250,13 @@ def _rebase(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
 
 
 def _create_table_views(con: duckdb.DuckDBPyConnection, bases: list[tuple[Table, str]]) -> None:
+    statements = []
     for table, sql in bases:
-        con.execute(f'create or replace view "{table.name}" as {sql}')
-        con.execute(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
-        for c in table.columns:
-            con.execute(f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}')
+        statements.append(f'create or replace view "{table.name}" as {sql}')
+        statements.append(f'comment on view "{table.name}" is {_sql_str(table.doc)}')
+        statements += [f'comment on column "{table.name}"."{c.name}" is {_sql_str(c.doc)}' for c in table.columns]
+    # (one string: ~375 statements, of which a call each cost a new home ~0.1 s more)
+    con.execute(";\n".join(statements))
 
 
 def _write_meta(con: duckdb.DuckDBPyConnection, home: Path, fp: str) -> None:
@@ -305,28 +308,34 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
 
             from qkdb.warehouse import intervals
 
+            # A large warehouse's snapshot goes to a file, so that DuckDB holds only what its cap allows
+            # (under the lock: a file left there is a killed refresh's).
+            folder = home / SNAPSHOT_DIR
+            shutil.rmtree(folder, ignore_errors=True)
+            large = con.execute("select count(*) from head_metrics").fetchall()[0][0] >= SNAPSHOT_ON_DISK_HEADS
             try:
                 try:
-                    with _refresh_settings(con, REFRESH_MEMORY):
-                        _refresh(con, home)
+                    with _refresh_settings(con, REFRESH_MEMORY_ON_DISK if large else REFRESH_MEMORY):
+                        _refresh(con, home, folder if large else None)
                 except duckdb.OutOfMemoryException:
                     # A query that cannot spill needed more than the cap: once more without it
                     # (slower to fail than to refuse, but never a refresh lost to the cap).
                     with _refresh_settings(con, None):
-                        _refresh(con, home)
+                        _refresh(con, home, folder if large else None)
             finally:
                 # (the snapshot's database is the process's: detached, not left to other connections)
                 with contextlib.suppress(duckdb.Error):
                     intervals.release_snapshot(con)
         finally:
             con.close()
+            shutil.rmtree(home / SNAPSHOT_DIR, ignore_errors=True)
 
 
-def _refresh(con: duckdb.DuckDBPyConnection, home: Path) -> None:
+def _refresh(con: duckdb.DuckDBPyConnection, home: Path, folder: Path | None) -> None:
     from qkdb.warehouse import intervals, results
 
     # finding_inputs once, for both: its rows shadow the view on this connection only.
-    intervals.snapshot_inputs(con)
+    intervals.snapshot_inputs(con, folder)
     # The findings' measured values are computed meanwhile, on the other core.
     with intervals.values_meanwhile(con) as values_ready:
         table = intervals.compute(con)
@@ -343,6 +352,15 @@ def _refresh(con: duckdb.DuckDBPyConnection, home: Path) -> None:
 # the warehouse's size (benchmarks/latency.py's 140,100 heads: 2.2-2.35 GB at its peak in 8.3-9.1 s,
 # against 3.4-3.6 GB in 7.5-8.3 s unbounded; 27,900 heads stay below it).
 REFRESH_MEMORY = "2GB"
+# From this many heads the snapshot of finding_inputs is a file (SNAPSHOT_DIR in the home, removed
+# after), where DuckDB keeps only what REFRESH_MEMORY_ON_DISK allows: an in-memory snapshot holds every
+# row (~13 kB a head). benchmarks/latency.py, this 2-core machine, 2026-11-29: at 27,900 heads in memory
+# 3.5-4.0 s and 0.99 GB peak, as a file 4.6-5.2 s and 0.70 GB; at 140,100 heads in memory ~14 s and
+# 2.7 GB, as a file ~16.5 s and 1.6 GB (the rest is the per-group sums Python holds). Below it the
+# memory is small and the file's writing would cost ~30% of the refresh.
+SNAPSHOT_ON_DISK_HEADS = 25_000
+REFRESH_MEMORY_ON_DISK = "600MB"
+SNAPSHOT_DIR = ".snapshot"
 
 
 @contextlib.contextmanager
@@ -392,8 +410,10 @@ def ensure_catalog(home: Path, wait: float = 10.0) -> bool:
     deadline = time.monotonic() + wait
     try:
         with FileLock(str(home / LOCKS / "catalog.lock"), timeout=wait):
-            _write_schema_files(home)
             from qkdb.warehouse import catalog_template
+
+            if not catalog_template.copy_schema_files(home):
+                _write_schema_files(home)
 
             # A new home's catalog: a copy of the one built for these definitions, given this home's paths.
             template = catalog_template.copy_to(path) if not path.exists() else None

@@ -9,6 +9,10 @@ version, which writes the file). A new home's catalog is a copy of that file who
 ``qkdb_meta`` are then made the home's own (``catalog._rebase``: ~0.2 s). The result equals a
 catalog built from nothing, view by view and comment by comment (tests/warehouse/test_catalog_template.py).
 Anything that goes wrong here (no cache dir, a damaged file) leaves the catalog to be built in full.
+
+The home's ``.schema/`` files (a zero-row parquet file per table, and the benchmark rows qkdb ships:
+~0.6 s to write) depend on nothing of the home either: they are kept beside the template, with a
+manifest of their digests, and copied.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 
 # In the template's qkdb_meta: its key. A catalog carrying it is a copy still to be made a home's own.
 META_KEY = "template"
+# Beside the template: its home's .schema/ files, and in that folder the list of them with their digests.
+SCHEMA_SUFFIX, MANIFEST = ".schema", "MANIFEST.tsv"
 
 
 def key() -> str:
@@ -47,9 +53,10 @@ def ensure() -> tuple[Path, str] | None:
 
     k = key()
     target = folder() / f"{k}.duckdb"
-    if target.is_file():
+    schema = folder() / f"{k}{SCHEMA_SUFFIX}"
+    if target.is_file() and (schema / MANIFEST).is_file():
         return target, k
-    from qkdb.warehouse.catalog import _build, fingerprint, _write_schema_files
+    from qkdb.warehouse.catalog import SCHEMA_DIR, _build, _write_schema_files, fingerprint
     from qkdb.warehouse.home import catalog_path
 
     try:
@@ -66,10 +73,56 @@ def ensure() -> tuple[Path, str] | None:
             finally:
                 con.close()
             target.parent.mkdir(parents=True, exist_ok=True)
+            _keep_schema_files(home / SCHEMA_DIR, schema)
             _copy_atomically(built, target)
     except (OSError, duckdb.Error):
         return None
     return target, k
+
+
+def copy_schema_files(home: Path) -> bool:
+    """Put the template's ``.schema/`` files into ``home``, each replaced atomically; False when there is
+    no template to copy them from, or a file of it is damaged (then nothing of it is copied)."""
+    from qkdb.warehouse.catalog import SCHEMA_DIR
+
+    got = ensure()
+    if got is None:
+        return False
+    src = folder() / f"{got[1]}{SCHEMA_SUFFIX}"
+    try:
+        files = [(src / rel, digest) for rel, digest in
+                 (line.split("\t") for line in (src / MANIFEST).read_text().splitlines())]
+        blobs = [(f, f.read_bytes()) for f, _ in files]
+        if any(hashlib.sha256(b).hexdigest() != d for (_, b), (_, d) in zip(blobs, files)):
+            raise OSError("damaged")
+    except (OSError, ValueError):  # (dropped: the next new home builds the template again)
+        shutil.rmtree(src, ignore_errors=True)
+        return False
+    for f, data in blobs:
+        dst = home / SCHEMA_DIR / f.relative_to(src)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.parent / f".{dst.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, dst)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+    return True
+
+
+def _keep_schema_files(built: Path, target: Path) -> None:
+    """Keep the files a build wrote under ``.schema/``, with their digests, as ``target`` (all or nothing)."""
+    tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        shutil.copytree(built, tmp)
+        lines = [f"{f.relative_to(tmp).as_posix()}\t{hashlib.sha256(f.read_bytes()).hexdigest()}"
+                 for f in sorted(tmp.rglob("*")) if f.is_file()]
+        (tmp / MANIFEST).write_text("\n".join(lines) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def copy_to(path: Path) -> str | None:

@@ -923,42 +923,62 @@ def _approximate(f: _Finding, row: dict) -> dict:
                                "\"Calibration\")"}
 
 
-def snapshot_inputs(con: duckdb.DuckDBPyConnection) -> None:
+def snapshot_inputs(con: duckdb.DuckDBPyConnection, folder: Path | None = None) -> None:
     """Compute ``finding_inputs`` once for this connection: a temporary view of its rows shadows the view.
 
     The intervals and the findings view both read every row of it (~30 per head); a publish's
-    refresh computes it once for both. The rows are kept in an in-memory database attached to
-    ``con``'s, which its cursors see too (:func:`_read` sums them on several); only ``con`` knows
-    it as its own (:func:`_snapshot_of`). Only for a connection that reads, then closes (call
-    :func:`release_snapshot` first): the rows do not follow later changes (params shadowed
-    afterwards, say).
+    refresh computes it once for both. The rows are kept in a database attached to ``con``'s, which
+    its cursors see too (:func:`_read` sums them on several); only ``con`` knows it as its own
+    (:func:`_snapshot_of`). That database is in memory, or with ``folder`` a file there (removed by
+    :func:`release_snapshot`): DuckDB then keeps in memory only what its memory limit allows, where
+    an in-memory database holds every row (~1.8 GB at 140,000 heads). Only for a connection that
+    reads, then closes (call :func:`release_snapshot` first): the rows do not follow later changes
+    (params shadowed afterwards, say).
     """
     release_snapshot(con)
     db = con.execute("select current_database()").fetchall()[0][0]
     name = f"{_SNAPSHOT}_{uuid.uuid4().hex[:12]}"
-    con.execute(f"attach ':memory:' as {name} (read_write)")  # (read_write: a read-only catalog's too)
-    con.execute(f"create temp view _qkdb_snapshot as select '{name}' as name")
+    where = None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        where = str(folder / f"{name}.duckdb")
+    literal = None if where is None else "'" + where.replace("'", "''") + "'"
+    target = literal or "':memory:'"
+    con.execute(f"attach {target} as {name} (read_write)")  # (read_write: a read-only catalog's too)
+    con.execute(f"create temp view _qkdb_snapshot as select '{name}' as name, {literal or 'null'}::varchar as path")
     con.execute(f'create table {name}.main.finding_inputs as select * from "{db}".main.finding_inputs')
     con.execute(f"create or replace temp view finding_inputs as select * from {name}.main.finding_inputs")
 
 
 def _snapshot_of(con: duckdb.DuckDBPyConnection) -> str | None:
     """The database of ``con``'s own snapshot (:func:`snapshot_inputs`), None without one."""
+    got = _snapshot_row(con)
+    if got is None:
+        return None
+    found = con.execute("select count(*) from duckdb_databases() where database_name = ?", [got[0]]).fetchall()[0][0]
+    return got[0] if found else None
+
+
+def _snapshot_row(con: duckdb.DuckDBPyConnection) -> tuple[str, str | None] | None:
     if not con.execute("select count(*) from duckdb_views() where temporary and view_name = '_qkdb_snapshot'"
                        ).fetchall()[0][0]:
         return None
-    name = con.execute("select name from temp.main._qkdb_snapshot").fetchall()[0][0]
-    found = con.execute("select count(*) from duckdb_databases() where database_name = ?", [name]).fetchall()[0][0]
-    return name if found else None
+    return tuple(con.execute("select name, path from temp.main._qkdb_snapshot").fetchall()[0])
 
 
 def release_snapshot(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop ``con``'s snapshot (its database is the process's until detached), and the views that read it."""
+    """Drop ``con``'s snapshot (its database is the process's until detached; its file, if any, is
+    removed), and the views that read it."""
+    got = _snapshot_row(con)
     name = _snapshot_of(con)
     for view in ("finding_values", "finding_inputs", "_qkdb_snapshot"):
         con.execute(f"drop view if exists temp.main.{view}")
     if name is not None:
         con.execute(f"detach database if exists {name}")
+    if got is not None and got[1] is not None:
+        for f in (Path(got[1]), Path(got[1] + ".wal")):
+            with contextlib.suppress(OSError):
+                f.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

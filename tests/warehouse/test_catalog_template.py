@@ -83,7 +83,7 @@ def test_a_second_home_copies_the_template_and_reads_only_its_own_files(cache, t
 
 def test_a_damaged_template_is_dropped_and_the_catalog_built_in_full(cache, home, dataset):
     key = catalog_template.key()
-    cache.mkdir(parents=True)
+    assert catalog_template.ensure() is not None
     (cache / f"{key}.duckdb").write_bytes(b"not a database" * 100)
     qkdb.ingest(dataset, "toy", workers=1, points=0, **FACTS)
     assert not (cache / f"{key}.duckdb").exists()  # (dropped: the next new home builds it again)
@@ -101,3 +101,36 @@ def test_without_a_writable_cache_the_catalog_is_built_in_full(tmp_path, home, d
     assert catalog_template.ensure() is None
     qkdb.ingest(dataset, "toy", workers=1, points=0, **FACTS)
     assert dict(_facts(catalog_path(home))["meta"])["fingerprint"] == catalog.fingerprint(home)
+
+
+def _files(folder) -> dict:
+    return {f.relative_to(folder).as_posix(): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def test_a_new_homes_schema_files_are_the_templates_and_equal_those_written_in_full(cache, home, dataset, tmp_path):
+    qkdb.ingest(dataset, "toy", workers=1, points=0, **FACTS)
+    written = tmp_path / "written"
+    catalog._write_schema_files(written)
+    copied = _files(home / catalog.SCHEMA_DIR)
+    assert copied == _files(written / catalog.SCHEMA_DIR)
+    assert any(name.endswith("bundled.parquet") for name in copied) and len(copied) > 20
+    kept = cache / f"{catalog_template.key()}{catalog_template.SCHEMA_SUFFIX}"
+    assert (kept / catalog_template.MANIFEST).is_file()
+
+
+def test_a_damaged_schema_file_in_the_cache_is_dropped_and_the_files_written_in_full(cache, home, dataset, tmp_path):
+    assert catalog_template.ensure() is not None
+    kept = cache / f"{catalog_template.key()}{catalog_template.SCHEMA_SUFFIX}"
+    victim = next(f for f in sorted(kept.rglob("*.parquet")))
+    victim.write_bytes(b"not parquet")
+    qkdb.ingest(dataset, "toy", workers=1, points=0, **FACTS)
+    # (dropped, and kept again whole by the same ingest's catalog)
+    assert victim.read_bytes() != b"not parquet" and victim.read_bytes()[:4] == b"PAR1"
+    written = tmp_path / "written"
+    catalog._write_schema_files(written)
+    assert _files(home / catalog.SCHEMA_DIR) == _files(written / catalog.SCHEMA_DIR)
+    con = qkdb.connect()
+    try:
+        assert con.execute("select count(*) from findings").fetchall()[0][0] > 0
+    finally:
+        con.close()

@@ -8,6 +8,7 @@ tests/test_calibration_quick.py).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -327,7 +328,7 @@ def test_a_refresh_within_a_small_memory_cap_stores_the_same_bytes_and_gives_the
         assert other.execute(settings).fetchall() == before
         attempts = []
         real = catalog._refresh
-        monkeypatch.setattr(catalog, "_refresh", lambda con, home: attempts.append(1) or real(con, home))
+        monkeypatch.setattr(catalog, "_refresh", lambda con, home, folder: attempts.append(1) or real(con, home, folder))
         # 48 MB: within it; 20 MB: too little for DuckDB to run the queries at all, the refresh runs
         # again without the cap.
         for cap, tries in (("48MB", 1), ("20MB", 2)):
@@ -340,3 +341,44 @@ def test_a_refresh_within_a_small_memory_cap_stores_the_same_bytes_and_gives_the
             assert len(attempts) == tries, cap
     finally:
         other.close()
+
+
+def test_a_large_warehouses_snapshot_is_a_file_that_gives_the_same_bytes_and_is_removed(tmp_path, monkeypatch):
+    # From SNAPSHOT_ON_DISK_HEADS heads the refresh keeps finding_inputs in a file of the home (DuckDB
+    # then holds only what its cap allows): the same intervals and findings as in memory, the file
+    # gone afterwards, and a file a killed refresh left there removed by the next.
+    import pyarrow.parquet as pq
+
+    import qkdb
+    from qkdb.warehouse import catalog
+
+    from helpers.datasets import make_dataset
+
+    home = tmp_path / "home"
+    qkdb.ingest(make_dataset(tmp_path / "ds", seed=3), "toy", home=home, workers=1, family="Toy", gqa_ratio=2, n_layers=2)
+
+    def stored():
+        iv = pq.read_table(home / "finding_intervals" / "data.parquet").drop_columns(["computed_at"])
+        return iv, pq.read_table(home / "finding_results" / "data.parquet")
+
+    in_memory = stored()
+    seen = []
+    real = intervals.snapshot_inputs
+
+    def spy(con, folder=None):
+        real(con, folder)
+        seen.append((folder, intervals._snapshot_row(con)[1]))
+        assert folder is not None and Path(seen[-1][1]).is_file() and Path(seen[-1][1]).parent == folder
+        # (the sums read the file's rows: the temporary view shadowing finding_inputs names its database)
+        assert con.execute("select count(*) from finding_inputs").fetchall()[0][0] > 0
+
+    monkeypatch.setattr(intervals, "snapshot_inputs", spy)
+    monkeypatch.setattr(catalog, "SNAPSHOT_ON_DISK_HEADS", 1)
+    left = home / catalog.SNAPSHOT_DIR / "qkdb_snapshot_killed.duckdb"
+    left.parent.mkdir()
+    left.write_bytes(b"left by a killed refresh")
+    catalog.refresh_intervals(home)
+    assert len(seen) == 1
+    on_disk = stored()
+    assert on_disk[0].equals(in_memory[0]) and on_disk[1].equals(in_memory[1])
+    assert not (home / catalog.SNAPSHOT_DIR).exists()
