@@ -382,3 +382,19 @@ def test_a_large_warehouses_snapshot_is_a_file_that_gives_the_same_bytes_and_is_
     on_disk = stored()
     assert on_disk[0].equals(in_memory[0]) and on_disk[1].equals(in_memory[1])
     assert not (home / catalog.SNAPSHOT_DIR).exists()
+
+
+@pytest.mark.parametrize("where", ["", "where false"])
+def test_the_sums_columns_are_duckdbs_own_values_with_each_string_one_object(where):
+    import duckdb
+
+    con = duckdb.connect()
+    sql = ("select * from (values ('a', 1, 2.5, 7::bigint), (null, null, null, 8), ('a', 3, null, 9), ('bb', 4, 1.0, 10)) "
+           f"t(s, i, x, n) {where}")
+    ours, theirs = intervals._columns(con.sql(sql).to_arrow_table()), con.sql(sql).fetchnumpy()
+    assert list(ours) == list(theirs)
+    for name in theirs:
+        a, b = np.ma.asarray(ours[name]), np.ma.asarray(theirs[name])
+        assert a.tolist() == b.tolist() and a.dtype == b.dtype, name
+    if not where:
+        assert ours["s"][0] is ours["s"][2]  # (one object for each distinct string)
