@@ -354,10 +354,11 @@ def _refresh(con: duckdb.DuckDBPyConnection, home: Path, folder: Path | None) ->
 REFRESH_MEMORY = "2GB"
 # From this many heads the snapshot of finding_inputs is a file (SNAPSHOT_DIR in the home, removed
 # after), where DuckDB keeps only what REFRESH_MEMORY_ON_DISK allows: an in-memory snapshot holds every
-# row (~13 kB a head). benchmarks/latency.py, this 2-core machine, 2026-11-29: at 27,900 heads in memory
-# 3.5-4.0 s and 0.99 GB peak, as a file 4.6-5.2 s and 0.70 GB; at 140,100 heads in memory ~14 s and
-# 2.7 GB, as a file ~16.5 s and 1.6 GB (the rest is the per-group sums Python holds). Below it the
-# memory is small and the file's writing would cost ~30% of the refresh.
+# row (~13 kB a head). benchmarks/latency.py's warehouses, this 2-core machine, 2026-11-29: at 27,900
+# heads in memory 3.5-4.0 s and 0.99 GB peak, as a file 4.1-5.6 s and 0.60-0.71 GB; at 140,100 heads in
+# memory ~14 s and 2.7 GB, as a file 16.7-17.1 s and 1.24-1.34 GB (the rest is Python's: the per-group
+# sums and the resampling). Below it the memory is small and writing the file would cost ~30% of the
+# refresh (docs/benchmarks.md, "Memory at study scale").
 SNAPSHOT_ON_DISK_HEADS = 25_000
 REFRESH_MEMORY_ON_DISK = "600MB"
 SNAPSHOT_DIR = ".snapshot"
