@@ -106,6 +106,29 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 
+def numpy_of(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fixed-width numeric Arrow array as numpy: its values (anything where NULL) and its null mask
+    (None without nulls), read from its buffers.
+
+    The inverse of :func:`arrow_array`, for the same reason: pyarrow's ``to_numpy`` and
+    ``pc.fill_null`` import pandas (~0.2 s of CPU), which an ingest's parent never does.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise TypeError(f"numpy_of takes an integer or floating array, not {t}")
+    kind = "f" if pa.types.is_floating(t) else ("i" if pa.types.is_signed_integer(t) else "u")
+    validity, data = arr.buffers()[:2]
+    n, off = len(arr), arr.offset
+    values = np.frombuffer(data, dtype=np.dtype(f"{kind}{t.bit_width // 8}"), count=off + n)[off:] if n else \
+        np.zeros(0, dtype=np.dtype(f"{kind}{t.bit_width // 8}"))
+    if not arr.null_count:
+        return values, None
+    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[off:off + n]
+    return values, bits == 0
+
+
 def arrow_array(values, arrow_type: pa.DataType) -> pa.Array:
     """``values`` (a numpy array or a sequence) as an Arrow array of ``arrow_type``, built from buffers.
 

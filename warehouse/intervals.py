@@ -249,27 +249,32 @@ def _fetch_all(con: duckdb.DuckDBPyConnection, queries: list[str], at_once: bool
 
 
 def _columns(table: pa.Table) -> dict[str, np.ndarray]:
-    """A query's rows as numpy columns: numbers masked where NULL, strings as objects.
+    """A query's rows as numpy columns, as DuckDB's ``fetchnumpy`` gives them: numbers masked where
+    NULL, strings as objects.
 
-    Each distinct string is one Python object that every row holding it points to (DuckDB's own
-    ``fetchnumpy`` makes one a row: at 140,100 heads the sums' seven string columns were 4.5 million
-    strings, ~300 MB of a refresh's peak; shared, ~40 MB of pointers).
+    Each distinct string is one Python object that every row holding it points to (``fetchnumpy``
+    makes one a row: at 140,100 heads the sums' seven string columns were 4.5 million strings, ~300 MB
+    of a refresh's peak; shared, ~40 MB of pointers). Read from the Arrow buffers
+    (:func:`~qkdb.warehouse.batches.numpy_of`): pyarrow's own conversions import pandas.
     """
     import pyarrow.compute as pc
+
+    from qkdb.warehouse.batches import numpy_of
 
     out: dict[str, np.ndarray] = {}
     for name, col in zip(table.column_names, table.columns):
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             codes = pc.dictionary_encode(col).combine_chunks()
-            words = np.asarray([*codes.dictionary.to_pylist(), None], dtype=object)
-            idx = pc.fill_null(codes.indices, len(codes.dictionary)).to_numpy(zero_copy_only=False)
-            out[name] = words[idx]
+            idx, null = numpy_of(codes.indices)
+            if null is not None:
+                idx = np.where(null, len(codes.dictionary), idx)
+            out[name] = np.asarray([*codes.dictionary.to_pylist(), None], dtype=object)[idx]
         elif pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
-            if pa.types.is_decimal(col.type):  # (as DuckDB's fetchnumpy gives a DECIMAL)
+            if pa.types.is_decimal(col.type):  # (as fetchnumpy gives a DECIMAL)
                 col = pc.cast(col, pa.float64())
-            data = pc.fill_null(col, 0).to_numpy() if col.null_count else col.to_numpy()
-            out[name] = np.ma.masked_array(data, mask=col.is_null().to_numpy()) if col.null_count else data
-        else:  # (none of the sums' queries gives another type; DuckDB's own conversion, as before)
+            data, null = numpy_of(col)
+            out[name] = data if null is None else np.ma.masked_array(data, mask=null)
+        else:  # (none of the sums' queries gives another type)
             out[name] = np.asarray(col.to_pylist(), dtype=object)
     return out
 
