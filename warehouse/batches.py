@@ -119,10 +119,12 @@ def numpy_of(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | 
     if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
         raise TypeError(f"numpy_of takes an integer or floating array, not {t}")
     kind = "f" if pa.types.is_floating(t) else ("i" if pa.types.is_signed_integer(t) else "u")
+    dtype = np.dtype(f"{kind}{t.bit_width // 8}")
     validity, data = arr.buffers()[:2]
     n, off = len(arr), arr.offset
-    values = np.frombuffer(data, dtype=np.dtype(f"{kind}{t.bit_width // 8}"), count=off + n)[off:] if n else \
-        np.zeros(0, dtype=np.dtype(f"{kind}{t.bit_width // 8}"))
+    if not n:  # (an empty array may have no data buffer)
+        return np.zeros(0, dtype=dtype), None
+    values = np.frombuffer(data, dtype=dtype, count=off + n)[off:]
     if not arr.null_count:
         return values, None
     bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[off:off + n]

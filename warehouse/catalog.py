@@ -295,6 +295,10 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
     ensure_catalog(home, wait=wait)
     with FileLock(str(home / LOCKS / "findings.lock"), timeout=wait):
         con = open_catalog(home, read_only=True, wait=wait)
+        # A large warehouse's snapshot goes to a file, so that DuckDB holds only what its cap allows
+        # (under the lock: a file left there is a killed refresh's).
+        folder = home / SNAPSHOT_DIR
+        shutil.rmtree(folder, ignore_errors=True)
         try:
             # Every head's metrics and model's row from the indexes (one file each, kept exact by
             # stamps): at 467 models that is ~1 s of reading four files a model saved.
@@ -308,27 +312,24 @@ def refresh_intervals(home: Path, wait: float = 60.0) -> None:
 
             from qkdb.warehouse import intervals
 
-            # A large warehouse's snapshot goes to a file, so that DuckDB holds only what its cap allows
-            # (under the lock: a file left there is a killed refresh's).
-            folder = home / SNAPSHOT_DIR
-            shutil.rmtree(folder, ignore_errors=True)
             large = con.execute("select count(*) from head_metrics").fetchall()[0][0] >= SNAPSHOT_ON_DISK_HEADS
+            snapshot_in = folder if large else None
             try:
                 try:
                     with _refresh_settings(con, REFRESH_MEMORY_ON_DISK if large else REFRESH_MEMORY):
-                        _refresh(con, home, folder if large else None)
+                        _refresh(con, home, snapshot_in)
                 except duckdb.OutOfMemoryException:
                     # A query that cannot spill needed more than the cap: once more without it
                     # (slower to fail than to refuse, but never a refresh lost to the cap).
                     with _refresh_settings(con, None):
-                        _refresh(con, home, folder if large else None)
+                        _refresh(con, home, snapshot_in)
             finally:
                 # (the snapshot's database is the process's: detached, not left to other connections)
                 with contextlib.suppress(duckdb.Error):
                     intervals.release_snapshot(con)
         finally:
             con.close()
-            shutil.rmtree(home / SNAPSHOT_DIR, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _refresh(con: duckdb.DuckDBPyConnection, home: Path, folder: Path | None) -> None:
