@@ -85,6 +85,10 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("002.F4", "002", "Finding 4",
                "The complement of {a, b} holds RoPE rotation planes: 18–29 of 30 SVD pairs, 44–89% of its variance.",
                "002.F4.active_pairs", figures=("complement-collage",)),
+    ClaimGroup("rope.low_band", "002", "Barbero et al. 2025",
+               "Queries and keys build their logits from the lowest RoPE frequencies: the planes that never finish a "
+               "turn in the trained context (Liu et al.'s critical plane onward) carry more than their even share.",
+               "rope.low_band", figures=("frequency-usage",)),
     ClaimGroup("002.F5", "002", "Finding 5",
                "Simpson's paradox: bias and separation correlate +0.48 pooled, but −0.65 within Llama 3.2.",
                "002.F5.simpson", figures=("bias-vs-separation",)),

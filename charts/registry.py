@@ -74,6 +74,7 @@ FIGURES: dict[str, Figure] = {
         Figure("depth-heatmaps", "rotation 06", "|r_k| on axis a and bias ×10³ per model × depth bin", "rotation", "rotation_depth_heatmaps.build", "models"),
         Figure("bias-vs-separation", "rotation 07", "bias vs separation per head: pooled panel, then one per family with its r", "rotation", "bias_vs_separation.build", "models", interactive=True),
         Figure("complement-collage", "rotation 08", "grid of the complement SVD pairs of one head (RoPE rings), strength ρ² and p per pair", "rotation", "complement_collage.build", "model"),
+        Figure("frequency-usage", "rope 01", "mean share of |q·k| per layer × RoPE plane, a panel per model, the critical plane outlined (Barbero et al. 2025, Liu et al. 2023)", "rotation", "frequency_usage.build", "models"),
         Figure("series-position-signal", "PCA 07", "mean PC0 r_q and r_k per checkpoint (±1 sd), phase shading", "series-pca", "series_position_signal.build", "series"),
         Figure("series-taxonomy", "PCA 08", "taxonomy category shares per checkpoint (stacked)", "series-pca", "series_taxonomy.build", "series"),
         Figure("series-explained-variance", "PCA 09", "mean explained variance of PC0–PC2 per checkpoint", "series-pca", "series_explained_variance.build", "series"),

@@ -21,11 +21,13 @@ __getattr__, __dir__ = facade(__name__, {
     "FIT_ROWS": "qkdb.ingest.options",
     "PLASTICITY_PAIRS": "qkdb.ingest.options",
     "PLASTICITY_QUERIES": "qkdb.ingest.options",
+    "FREQUENCY_PAIRS": "qkdb.ingest.options",
     # sources
     "Source": "qkdb.ingest.sources",
     "open_source": "qkdb.ingest.sources",
     "ModelSpec": "qkdb.ingest.sources.registry",
     "registry": "module:qkdb.ingest.sources.registry",
+    "trained_context": "module:qkdb.ingest.sources.trained_context",
     "resolve_spec": "qkdb.ingest.sources.facts",
     "spec_notes": "qkdb.ingest.sources.facts",
     "recorded_facts_notes": "qkdb.ingest.sources.facts",

@@ -30,6 +30,7 @@ FIT_ROWS = 2048
 COMPUTE_FIELDS = (
     "n_components", "b_method", "max_vectors", "min_vectors", "points", "collage", "n_collage", "complement",
     "fit_rows", "seed", "skip_bad_heads", "drop_bad_vectors", "plasticity", "plasticity_pairs", "plasticity_queries",
+    "frequency_pairs",
 )
 
 # Attention plasticity (SPEC §4.5, docs/plasticity.md): key pairs drawn per position bin, and the queries
@@ -38,6 +39,10 @@ COMPUTE_FIELDS = (
 # cost more than the rest of the ingest (docs/benchmarks.md, "Plasticity").
 PLASTICITY_PAIRS = 1024
 PLASTICITY_QUERIES = 128
+
+# Causal pairs per head for frequency_usage (SPEC §4.8): qkdb.ingest.metrics.frequency_usage.PAIRS, here
+# too so that the CLI's defaults need no numpy (tests/ingest/test_options.py holds them equal)
+FREQUENCY_PAIRS = 4096
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class IngestOptions:
     rope_theta: float | None = None
     rope_pairing: str | None = None  # 'half' (rotate-half) or 'interleaved'
     rope_scaling: str | dict | None = None  # transformers-style JSON object
+    # L_train in tokens (frequency_usage's critical plane): wins over the capture, rope_scaling and the registry
+    trained_context: int | None = None
     # -- what to compute ---------------------------------------------------------------------
     n_components: int = 10  # principal components stored per head
     b_method: str = "eig"  # axis b: 'eig' (the seeds' code) or 'mean_diff' (the thesis text)
@@ -80,6 +87,8 @@ class IngestOptions:
     plasticity: bool = True
     plasticity_pairs: int = PLASTICITY_PAIRS
     plasticity_queries: int | None = PLASTICITY_QUERIES
+    # Causal (t, s) pairs per head for frequency_usage (SPEC §4.8; None: every pair)
+    frequency_pairs: int | None = FREQUENCY_PAIRS
     # -- how to run --------------------------------------------------------------------------
     workers: int | None = None  # worker processes (default: the cores, at most 8)
     force: bool = False  # re-ingest even when the same data was ingested with the same parameters
@@ -98,6 +107,9 @@ class IngestOptions:
             (self.plasticity_pairs >= 1, "plasticity_pairs must be >= 1"),
             (self.plasticity_queries is None or self.plasticity_queries >= 2,
              "plasticity_queries must be >= 2 (or None for every query)"),
+            (self.frequency_pairs is None or self.frequency_pairs >= 1,
+             "frequency_pairs must be >= 1 (or None for every pair)"),
+            (self.trained_context is None or self.trained_context >= 1, "trained_context must be >= 1"),
             (self.n_collage >= 0, "n_collage must be >= 0"),
             (self.b_method in ("eig", "mean_diff"), "b_method must be 'eig' or 'mean_diff'"),
             (self.rope_pairing in (None, "half", "interleaved"), "rope_pairing must be 'half' or 'interleaved'"),
@@ -124,7 +136,8 @@ class IngestOptions:
 
     def facts(self) -> dict:
         """The model facts given (None where not given), as :meth:`ModelSpec.with_overrides` takes them."""
-        names = ("family", "gqa_ratio", "n_layers", "n_q_heads", "n_kv_heads", "rope_theta", "rope_pairing", "rope_scaling")
+        names = ("family", "gqa_ratio", "n_layers", "n_q_heads", "n_kv_heads", "rope_theta", "rope_pairing", "rope_scaling",
+                 "trained_context")
         return {n: getattr(self, n) for n in names}
 
     def parameters(self, rope_theta: float | None, rope_pairing: str, rope_scaling: str | None) -> dict:

@@ -23,7 +23,7 @@ from qkdb import warehouse
 from qkdb.ingest import (
     VALUE_BOUND, HeadSelection, capture_record, check_pre_rope, collage_heads, dataset_facts, default_workers, discover,
     largest_position, open_source, read_metadata, read_saver_state, recorded_facts_notes, registry, resolve_spec,
-    plane_layout, run_groups, spec_notes, tune_ingest_process,
+    plane_layout, run_groups, spec_notes, trained_context, tune_ingest_process,
 )
 from qkdb.errors import ClusterError, InputError, QkdbError, from_os_error
 from qkdb._version import version
@@ -102,6 +102,7 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     warehouse.store.check_model_name(spec.model)
     spec = plane_layout.reconcile_options(spec, options, metadata)
     spec = replace(spec, context_length=_context_length(spec, metadata, found))
+    spec = trained_context.resolve(spec, options.trained_context)
     rope_notes = check_pre_rope(spec) + plane_layout.check_rope(spec, options)
     # Once the facts and parameters hold (contradictions are refused before anything starts), the
     # workers' start-up overlaps the planning and warehouse work below.
@@ -115,7 +116,8 @@ def _plan(path: Path | None, name: str | None, options, *, kind: str | None, hom
     capture = capture_record(metadata, state)
     fp = fingerprint(source.fingerprint() + (capture or ""), spec, options)
     notes = ([f"ignored folder {p}" for p in source.ignored] + recorded_facts_notes(name, recorded, **options.facts())
-             + spec_notes(spec, options.complement) + rope_notes + _layer_subset_note(spec, source.planned))
+             + spec_notes(spec, options.complement) + rope_notes
+             + (trained_context.note(spec) if options.complement else []) + _layer_subset_note(spec, source.planned))
     return _Run(home, spec, options, source, kind or source.kind, fp, workers, started, t0, notes, capture=capture)
 
 
@@ -671,6 +673,7 @@ def _model_row(job: _Run, head_dim, n_heads, published) -> dict:
         "rope_pairing": spec.rope_pairing if spec.rope != "none" else None, "rope_scaling": spec.rope_scaling,
         "position_scaling": spec.position_scaling, "pre_rope": spec.pre_rope, "weights_sha256": spec.weights_sha256,
         "input_kind": spec.input_kind, "nope_layers": [list(spec.nope_layers)], "series": spec.series, "series_order": spec.series_order,
+        "trained_context": spec.trained_context, "trained_context_source": spec.trained_context_source,
         "phase": spec.phase, "step": spec.step, "source": kind, "location": job.source.location,
         "revision": job.source.revision or spec.dataset_revision if kind == "hub" else job.source.revision,
         "n_heads": n_heads, "b_method": job.options.b_method, "capture": job.capture, "ingested_at": published,

@@ -24,7 +24,7 @@ from qkdb.errors import QkdbError
 # The models columns a layout is read from (older partitions give NULL for the newer ones).
 MODEL_COLUMNS = (
     "model", "source", "location", "revision", "head_dim", "n_layers", "rope", "rope_pairing", "rotary_dims",
-    "rotary_offset", "rope_source", "rope_inv_freq", "layer_rope_inv_freq", "pre_rope",
+    "rotary_offset", "rope_source", "rope_inv_freq", "layer_rope_inv_freq", "pre_rope", "trained_context",
 )
 
 PlanesReader = Callable[[str], list[tuple[int, int, float, str]]]  # model -> (layer, j, omega, omega_source)
@@ -35,10 +35,11 @@ class StaleModel:
     model: str
     change: str  # what differs, in a few words
     command: str  # what recomputes it
+    stale: str = "its rope_planes, rotation.omega and RoPE findings"  # what the change leaves stale
 
     def message(self) -> str:
-        return (f"{self.model}: its RoPE facts changed since it was ingested ({self.change}); its rope_planes, "
-                f"rotation.omega and RoPE findings are stale: `{self.command}` recomputes them")
+        return (f"{self.model}: its RoPE facts changed since it was ingested ({self.change}); {self.stale} "
+                f"are stale: `{self.command}` recomputes them")
 
 
 def used_layouts(row: dict, planes: PlanesReader) -> dict:
@@ -106,6 +107,15 @@ def rope_changed(spec, row: dict, planes: PlanesReader) -> str | None:
     return None
 
 
+def trained_context_changed(spec, row: dict) -> str | None:
+    """What changed in the trained context ``frequency_usage``'s critical plane was computed over; None when nothing did."""
+    if spec.rope == "none" or not row.get("head_dim") or row.get("trained_context") == spec.trained_context:
+        return None
+    before, after = row.get("trained_context"), spec.trained_context
+    return (f"trained context {'unknown' if before is None else f'{before:,}'} → "
+            f"{'unknown' if after is None else f'{after:,}'} tokens")
+
+
 def _planes_view(layout):
     from dataclasses import replace
 
@@ -131,14 +141,14 @@ def _resolvable(row: dict) -> bool:
 
 def current_spec(row: dict, parameters: dict | None):
     """The facts an ingest of this model would use now (None when they cannot be resolved here)."""
-    from qkdb.ingest import IngestOptions, plane_layout, resolve_spec
+    from qkdb.ingest import IngestOptions, plane_layout, resolve_spec, trained_context
 
     given = dict((parameters or {}).get("facts_given") or {})
     if not _resolvable(row):
         return None  # the dataset is gone: what its qkdb_dataset.json said is unknown here
     try:
         metadata, recorded = _metadata(row)
-        spec = resolve_spec(row["model"], recorded, **given)
+        spec = trained_context.resolve(resolve_spec(row["model"], recorded, **given), given.get("trained_context"))
         return plane_layout.reconcile_options(spec, IngestOptions(**{k: v for k, v in given.items()
                                                                      if k.startswith("rope_")}), metadata)
     except (QkdbError, TypeError, ValueError):
@@ -192,4 +202,7 @@ def stale_models(con, home: Path | None = None) -> list[StaleModel]:
         change = rope_changed(spec, row, planes)
         if change:
             out.append(StaleModel(row["model"], change, _command(row, home)))
+        elif change := trained_context_changed(spec, row):
+            out.append(StaleModel(row["model"], change, _command(row, home),
+                                  "its frequency_usage (critical plane, low band) and rope.low_band"))
     return out

@@ -1,6 +1,6 @@
 -- The numbers every finding rests on: one row per head (per head and checkpoint for a series change) and finding, with the statistic that combines them.
 -- Seed: the per-head values behind every number of the `findings` view.
--- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads, sink_texts, heads
+-- Depends: params, model_pool, scoped_heads, rotation_planes, sink_heads, sink_texts, heads, frequency_usage
 -- `findings` computes each measured value from these rows with `stat`, and the intervals in
 -- `finding_intervals` are computed from the same rows (qkdb/warehouse/intervals.py), so the two
 -- can never disagree on which heads count. Scopes are the strings `findings` shows: 'overall'
@@ -118,6 +118,14 @@ sinks_repeated as materialized (
     join models mo on mo.model = sk.model and mo.rope = 'rotary'
     join heads h on h.model = sk.model and h.layer = sk.layer and h.head = sk.head
     where sk.input_kind = 'repeated'
+),
+-- Each pooled head's low-band excess (SPEC §4.8): RoPE layers with a known critical plane only (the
+-- value is the same on every plane's row of the head: the row of plane 0 carries it).
+low_band as materialized (
+    select p.*, fu.low_band_excess
+    from pooled p
+    join frequency_usage fu on fu.model = p.source_model and fu.layer = p.layer and fu.head = p.head and fu.j = 0
+    where fu.low_band_excess is not null
 ),
 -- The seed's model groups (seed 003 Finding 1 table, Finding 4, seed 002 figure 05).
 seed_groups(grp, label, family, models) as (
@@ -301,6 +309,10 @@ rows as (
         sink_text_share as x, g, layer, 'these models' as estimand, 0 as x_min, 1 as x_max,
         (select v from sink_text_var tv where tv.model = sinks_repeated.m and tv.input_kind = 'repeated') as x_text_var
     from sinks_repeated
+    union all by name
+    -- Barbero et al.: the logits lean on the low band, judged per model (each model's mean excess).
+    select 'rope.low_band' as id, 'overall' as scope, 'model_range_mean' as stat, m, m as c, u,
+        low_band_excess as x, g, layer, 'these models' as estimand, 0 as x_min from low_band
     union all by name
     -- Over the sink heads: how much of token 0's logit advantage every query shares (sink_heads.bias_share).
     select 'attn.sink.bias' as id, 'overall' as scope, 'mean' as stat, m, m as c, u,

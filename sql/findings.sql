@@ -26,7 +26,7 @@
 --   tiny    the drift lemma, a property of float64 arithmetic (no sampling): holds when the
 --           largest residual is below lemma_max.
 -- Column id: Stable identifier: <seed>.<finding>.<what>, e.g. '003.F1.pos_var_q'.
--- Column seed: The seed document: '003' (combined Q/K PCA) or '002' (planar rotation); 'attn' for attention as the model computes it (attention sinks, docs/attention.md: Gu et al. 2025 and the sink's decomposition, tested on captured normalisers).
+-- Column seed: The seed document: '003' (combined Q/K PCA) or '002' (planar rotation); 'attn' for attention as the model computes it (attention sinks, docs/attention.md: Gu et al. 2025 and the sink's decomposition, tested on captured normalisers); 'rope' for which RoPE frequencies the logits use (SPEC §4.8: Barbero et al. 2025, Liu et al. 2023).
 -- Column finding: Where the seed states it: 'Finding N', 'figure NN' or 'Lemma'.
 -- Column statement: What is measured, in words.
 -- Column scope: Which heads: 'overall', a family, a group of models, or a series span (first -> last checkpoint compared).
@@ -144,6 +144,8 @@ claims_raw(ord, id, seed, finding, statement, scope, seed_value, seed_number, te
     -- attention as the model computes it (docs/attention.md) -------------------------------------
     (300, 'attn.sink.rate', 'attn', 'Gu et al. 2025, Table 1', 'Sink rate on natural text, Gu et al.''s estimator: over (text, head) pairs, the share whose mean attention on token 0 (queries below sink_context) exceeds sink_epsilon, per model', 'overall', '97.5-99.0% (LLaMA3-8B 99.02%, Mistral-7B 97.49%)', null, 'range', 0.9749, 0.9902, 'share', 'pct', null),
     (302, 'attn.sink.repeated', 'attn', 'Gu et al. 2025, Propositions 1-4', 'Repeated tokens give no attention sink in RoPE models: sink rate (per text) on one token repeated, per model', 'overall', '0.00% (LLaMA2/3, Mistral: Table 1; <= 1%)', 0.0, 'below', null, 0.01, null, 'pct', null),
+    -- RoPE frequency usage (SPEC §4.8, docs/rotation-planes.md) ---------------------------------
+    (310, 'rope.low_band', 'rope', 'Barbero et al. 2025', 'The logits lean on the frequencies that never finish a turn in the trained context: per model, the mean over heads of low_band_excess (the low band''s share of |q.k| over its even share; the low band runs from Liu et al.''s critical plane)', 'overall', 'above 1 (Gemma 7B, Llama 3.1 8B)', null, 'above', 1, null, null, 'x', null),
     (301, 'attn.sink.bias', 'attn', 'Attention sinks', 'Mass on token 0 is position-driven: over sink heads, the mean share of token 0''s logit advantage every query shares (bias_share = mean(A)^2 / mean(A^2))', 'overall', 'position-driven (hypothesis)', null, 'above', 0.5, null, null, 'f3', null)),
 claims as (
     select

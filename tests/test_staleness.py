@@ -120,3 +120,20 @@ def test_a_pre_rope_capture_read_as_post_rope_by_an_older_qkdb_is_stale_until_re
     assert [(s.model, s.change) for s in stale] == [("pre", "a capture stored before RoPE was read as post-RoPE")]
     res = qkdb.ingest(data, workers=1)
     assert not res.unchanged and qkdb.api.stale_models() == []
+
+
+def test_a_changed_trained_context_makes_frequency_usage_stale_and_an_option_is_remembered(tmp_path, home):
+    data = make_dataset(tmp_path / "ds", layers=2, q_heads=4, kv_heads=2, d=16)
+    qkdb.ingest(data, "mistral-v0.2-7b", workers=1, trained_context=2048)
+    assert qkdb.api.stale_models() == []  # (the option is part of what the run recorded)
+    qkdb.ingest(data, "mistral-v0.2-7b", workers=1)  # the registry's 32,768
+    assert qkdb.api.stale_models() == []
+    meta = {"trained_context": 4096, "trained_context_source": "config: max_position_embeddings"}
+    (data / "qkdb_dataset.json").write_text(json.dumps(meta))  # (as a capture of its config records it)
+    (stale,) = qkdb.api.stale_models()
+    assert stale.change == "trained context 32,768 → 4,096 tokens"
+    assert "frequency_usage (critical plane, low band) and rope.low_band are stale" in stale.message()
+    qkdb.ingest(data, "mistral-v0.2-7b", workers=1)
+    assert qkdb.api.stale_models() == []
+    with qkdb.connect() as con:
+        assert con.execute("select trained_context from models").fetchall() == [(4096,)]

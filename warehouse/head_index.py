@@ -52,6 +52,7 @@ TABLES = (
     Indexed("recency", ("recency",), "recency.parquet", "model, layer, head"),
     Indexed("complement", ("complement",), "complement.parquet", "model, layer, head, pair"),
     Indexed("rope_planes", ("rope_planes",), "rope_planes.parquet", "model, layer, head, j"),
+    Indexed("frequency_usage", ("frequency_usage",), "frequency_usage.parquet", "model, layer, head, j"),
     Indexed("attention_mass", ("attention_mass",), "attention_mass.parquet", "model, layer, head, input_kind, bin"),
     Indexed("attention_mass_text", ("attention_mass_text",), "attention_mass_text.parquet",
             "model, layer, head, input_kind, example_id, bin"),

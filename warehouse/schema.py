@@ -100,6 +100,8 @@ MODELS = Table(
         Column("rope_source", s, "Where rope_planes' frequencies came from: 'recorded' (the model's own inv_freq, recorded by its capture), 'derived' (rope_theta and rope_scaling) or 'fitted' (fitted per plane: no theta, or a scaling whose frequencies depend on the text's length). NULL without RoPE planes."),
         Column("rope_inv_freq", pa.list_(f64), "The frequencies (rad/token) of rope_planes' planes j = 0 .. rotary_dims/2 - 1, as used (first layer with RoPE); NULL when fitted."),
         Column("layer_rope_inv_freq", pa.list_(pa.list_(f64)), "Each layer's frequencies where the layers differ (e.g. Gemma3's local and global layers; NULL entries: fitted), NULL when every layer uses rope_inv_freq."),
+        Column("trained_context", i64, "L_train, the model's trained context in tokens (frequency_usage.turns_trained): the original length for scaled RoPE; NULL when unknown (then frequency_usage has no critical plane)."),
+        Column("trained_context_source", s, "Where trained_context came from: 'option' (--trained-context), 'rope_scaling' (its original_max_position_embeddings), 'config' (max_position_embeddings, recorded by qkdb sniff), 'simulate' (the simulation's max_position) or 'registry: <why>'; NULL when unknown."),
         Column("attention_scale", f64, "The scale attention multiplied q.k by, as recorded by the capture (1/sqrt(head_dim) unless the model says otherwise, e.g. Gemma's query_pre_attn_scalar); NULL when not recorded."),
         Column("layer_rope_theta", pa.list_(f64), "Each layer's RoPE base where the layers differ (e.g. Gemma3's local and global layers), NULL when every layer uses rope_theta."),
         Column("layer_rope_scaling", pa.list_(s), "Each layer's RoPE scaling as JSON where the layers differ, NULL when every layer uses rope_scaling."),
@@ -245,6 +247,32 @@ ROPE_PLANES = Table(
         Column("p_value", f64, "chi2 p-value of statistic (times Davies' bound for the search when omega is fitted)."),
         Column("p_adjusted", f64, "p_value adjusted by Holm's step-down procedure over the head's planes that turn at least once."),
         Column("rotating", b, "The plane carries a RoPE ring: turns >= 1 and p_adjusted < params.plane_alpha (0.01)."),
+    ),
+)
+
+FREQUENCY_USAGE = Table(
+    "frequency_usage",
+    "Which RoPE planes a head's logits are built from (SPEC §4.8; Barbero et al. 2025, Liu et al. 2023): one row per query head and RoPE plane, over a seeded sample of causal (t, s) pairs of one text.",
+    (
+        MODEL,
+        LAYER,
+        HEAD,
+        Column("j", i32, "RoPE plane index j < rotary_dims/2, as in rope_planes (j = 0 turns fastest)."),
+        Column("omega", f64, "The plane's frequency in rad/token as applied (rope_planes.omega)."),
+        Column("omega_trained", f64, "The frequency the plane had over the trained context: omega, except for scaled RoPE (llama3, YaRN, linear), where it is the base frequency rope_theta^(-2j/r) that the original length was trained with (Liu et al.'s formula)."),
+        Column("logit_mean", f64, "Mean over the pairs of c_j = q^(j) . k^(j), the plane's part of the logit before the scale (signed: a plane that pushes every logit the same way)."),
+        Column("logit_abs", f64, "Mean |c_j| over the pairs."),
+        Column("logit_share", f64, "logit_abs / (the sum of logit_abs over every plane and the non-rotating dims taken as one more part): the plane's share of the logit's magnitude."),
+        Column("bound_share", f64, "radius_q * radius_k / the sum over the head's planes (rope_planes' radii): the plane's share of the Cauchy-Schwarz bound on |c_j| (Barbero et al.)."),
+        Column("turns_trained", f64, "omega_trained * trained_context / 2pi: the turns the plane makes over the trained context; NULL when no trained context is known or the frequencies were fitted."),
+        Column("critical_plane", i32, "The layer's critical plane: the first plane, in order of falling frequency, with turns_trained < 1 (Liu et al.'s critical dimension / 2); the same on every row of the layer; NULL when unknown or when every plane turns."),
+        Column("low_band", b, "The plane is at or past critical_plane (turns_trained < 1)."),
+        Column("nonrotating_dims", i32, "Head dims RoPE leaves alone (head_dim - rotary_dims; 0 for full rotary). The same on every row of the head."),
+        Column("nonrotating_share", f64, "The non-rotating dims' share of the logit's magnitude (the part logit_share counts beside the planes; 0 for full rotary). The same on every row of the head."),
+        Column("low_band_share", f64, "The head's sum of logit_share over its low-band planes. The same on every row of the head; NULL without a critical plane."),
+        Column("low_band_excess", f64, "low_band_share / the share those planes would have if every 2-D plane of the head weighed alike (the low-band planes / (head_dim / 2), the non-rotating dims counting as their planes): above 1, the logits lean on the frequencies that never finish a turn. The same on every row of the head."),
+        Column("n_pairs", i64, "Causal pairs (t, s), s <= t, of one text behind the row (4,096 sampled, or every pair when fewer)."),
+        Column("trained_context", i64, "L_train, the trained context in tokens turns_trained uses (models.trained_context_source says where it came from); NULL when unknown."),
     ),
 )
 
@@ -405,7 +433,7 @@ INGEST_RUNS = Table(
 )
 
 TABLES: dict[str, Table] = {
-    t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, POINTS, PLASTICITY, PLASTICITY_PROFILE,
+    t.name: t for t in (MODELS, HEADS, PCA, ROTATION, COMPLEMENT, ROPE_PLANES, FREQUENCY_USAGE, POINTS, PLASTICITY, PLASTICITY_PROFILE,
                         PLASTICITY_2D, RECENCY, ATTENTION_MASS, ATTENTION_MASS_TEXT, INGEST_RUNS)
 }
 

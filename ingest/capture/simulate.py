@@ -1160,6 +1160,8 @@ def _write_description(out: Path, spec: SimSpec, records: dict, key_records: dic
     capture["weights_sha256"] = hashlib.sha256(json.dumps(decides, sort_keys=True).encode()).hexdigest()
     write_metadata(out, {
         **facts, "rope_scaling": None, "nope_layers": list(spec.nope_layers), "source": "simulate", "capture": capture,
+        # (the planted rings turn over the simulated positions: its context is the one it was "trained" on)
+        "trained_context": capture.get("max_position"), "trained_context_source": "simulate: max_position",
     })
 
 

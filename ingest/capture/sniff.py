@@ -73,6 +73,7 @@ from qkdb.ingest.capture.sniff_recorder import (
     Recorder, StopForward, check_summary, check_tolerance, normaliser_record,
 )
 from qkdb.ingest.options import IngestOptions
+from qkdb.ingest.sources import trained_context
 from qkdb.ingest.sources.layout import HEAD_DIR, METADATA_FILE, read_metadata, write_head, write_metadata
 
 ATTENTION_NAME = "qkdb_capture"
@@ -799,6 +800,8 @@ def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, reco
         "attention_scale": top["attention_scale"],
         "layer_attention_scale": top["layer_attention_scale"],
         "rope_scaling": facts.rope_scaling,
+        # L_train of frequency_usage (ingest/sources/trained_context.py): the original length under scaled RoPE
+        **trained_context.record(facts.max_position_embeddings, facts.rope_scaling),
         "layer_rope_theta": facts.layer_rope_theta,
         "layer_rope_scaling": facts.layer_rope_scaling,
         "nope_layers": top["nope_layers"],

@@ -108,6 +108,8 @@ class ModelFacts:
     layer_rope_theta: list[float | None] | None = None
     layer_rope_scaling: list[dict | None] | None = None
     position_scalings: list[PositionScaling] = field(default_factory=list)
+    # the config's max_position_embeddings (the trained context, unless a scaled RoPE says its original)
+    max_position_embeddings: int | None = None
 
 
 
@@ -211,7 +213,12 @@ def model_facts(config) -> ModelFacts:
         layer_rope_theta=layer_theta,
         layer_rope_scaling=layer_scaling,
         position_scalings=scalings,
+        max_position_embeddings=_positive_int(getattr(cfg, "max_position_embeddings", None)),
     )
+
+
+def _positive_int(value) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 

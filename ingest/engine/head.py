@@ -10,6 +10,7 @@ from qkdb.errors import InputError
 from qkdb.ingest.sources.layout import HeadData, screen_values, within_bound
 from qkdb.ingest.metrics.attention_mass import bin_attention_mass, query_masses, text_attention_mass, text_extents
 from qkdb.ingest.metrics.complement import complement_pairs
+from qkdb.ingest.metrics.frequency_usage import frequency_usage
 from qkdb.ingest.metrics.moments import Moments, moments, pool, t_is_constant
 from qkdb.ingest.options import IngestOptions
 from qkdb.ingest.metrics.pca import combined_pca, qk_accuracy
@@ -54,6 +55,10 @@ class HeadContext:
     rope: RopeLayout | None = None
     # The context length L plasticity's bins divide (tokens); None: the head's largest position + 1
     context_length: int | None = None
+    # L_train (tokens) and, where they are not the applied ones, the frequencies trained over it
+    # (frequency_usage, SPEC §4.8); None: unknown / the applied ones
+    trained_context: int | None = None
+    omega_trained: tuple[float, ...] | None = None
     # The layer's attention scaling and logit softcap, when the capture's normaliser can be used with
     # the stored vectors (attention_mass); None: no attention mass for this head
     scaling: float | None = None
@@ -220,6 +225,7 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
                 cov=pooled.cov,
             )
             rows.tables["rope_planes"] = {"layer": ctx.layer, "head": ctx.head, **rope}
+            _frequency_usage(q, k, ctx, options, rope, rows, stream(55))
         elif ctx.rope_planes and d % 2:
             rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: head_dim {d} is odd; no RoPE planes")
         if rot.a is not None and rot.b is not None:
@@ -249,6 +255,27 @@ def compute_head(q: KindData, k: KindData, ctx: HeadContext, options: IngestOpti
             ),
         }
     return rows
+
+
+def _frequency_usage(q: KindData, k: KindData, ctx: HeadContext, options: IngestOptions, rope: dict,
+                     rows: HeadRows, rng: np.random.Generator) -> None:
+    """Which planes the head's logits are built from (SPEC §4.8): RoPE layers only (a NoPE layer's
+    planes do not turn, so their frequencies mean nothing there), over causal pairs of one text."""
+    if ctx.is_nope or ctx.rope is None:
+        return
+    if q.data.example_id is None or k.data.example_id is None:
+        rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: no example_id, so no texts: no frequency usage")
+        return
+    fitted = rope["omega_source"][0] == "fitted"
+    got = frequency_usage(
+        q.data.vectors, q.data.positions, q.data.example_id, k.data.vectors, k.data.positions, k.data.example_id,
+        pairing=ctx.rope.pairing, rotary_dims=ctx.rope.dims, rotary_offset=ctx.rope.offset, omega=rope["omega"],
+        radius_q=rope["radius_q"], radius_k=rope["radius_k"], omega_trained=ctx.omega_trained,
+        # (fitted frequencies are 13-51% off below a turn: no critical plane from them)
+        trained_context=None if fitted else ctx.trained_context, n_pairs=options.frequency_pairs, rng=rng,
+    )
+    if got is not None:
+        rows.tables["frequency_usage"] = {"layer": ctx.layer, "head": ctx.head, **got}
 
 
 def _attention_mass(q: KindData, k: KindData, ctx: HeadContext, rows: HeadRows) -> None:

@@ -113,6 +113,23 @@ def layer_layout(spec, layer: int, head_dim: int) -> RopeLayout | None:
     return RopeLayout(spec.rope_pairing, off, r, tuple(float(w) for w in omega), "derived")
 
 
+def trained_frequencies(spec, layer: int, head_dim: int) -> tuple[float, ...] | None:
+    """The frequencies ``layer``'s planes were trained with over ``spec.trained_context``, where they are not
+    the ones applied: under a scaled RoPE whose original length is the trained context, the base
+    frequencies ``θ^(−2j/r)`` (Liu et al.'s critical dimension is theirs). None: the applied ones."""
+    theta, scaling = spec.rope_theta, spec.rope_scaling
+    if spec.layer_rope_theta is not None and layer < len(spec.layer_rope_theta):
+        theta = spec.layer_rope_theta[layer]
+        scaling = (spec.layer_rope_scaling[layer]
+                   if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None)
+    cfg = parse_rope_scaling(scaling) or {}
+    original = cfg.get("original_max_position_embeddings")
+    if (theta is None or cfg.get("rope_type", cfg.get("type", "default")) == "default" or original is None
+            or spec.trained_context is None or int(original) != int(spec.trained_context)):
+        return None
+    return tuple(float(w) for w in rope_frequencies(rotated_dims(spec, head_dim), theta))
+
+
 def model_layouts(spec, head_dim: int) -> list[RopeLayout | None]:
     """Every layer's layout (the model's layers, or the layers its facts describe)."""
     n = spec.n_layers or max(len(spec.layer_rope_theta or ()), len(spec.layer_rope_inv_freq or ()), 1)

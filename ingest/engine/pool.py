@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from qkdb.errors import QkdbError
 from qkdb.ingest.engine.head import HeadContext, HeadRows, compute_head, prepare
-from qkdb.ingest.engine.plane_layout import RopeLayout, layer_layout
+from qkdb.ingest.engine.plane_layout import RopeLayout, layer_layout, trained_frequencies
 from qkdb.ingest.engine.pre_rope import layer_rotation
 from qkdb.ingest.sources.layout import read_head
 from qkdb.ingest.sources.plan import HeadGroup
@@ -57,6 +57,8 @@ def _context(spec: ModelSpec, layer: int, head: int, kv_head: int, collage: bool
         rope_planes=spec.rope != "none",
         rope=_layer_layout(spec, layer, head_dim),
         context_length=spec.context_length,
+        trained_context=spec.trained_context,
+        omega_trained=_trained_frequencies(spec, layer, head_dim),
         input_kind=spec.input_kind,
         **_logits_of(spec, layer),
     )
@@ -78,6 +80,11 @@ def _layer_rotation(spec: ModelSpec, layer: int, head_dim: int):
 @functools.lru_cache(maxsize=256)
 def _layer_layout(spec: ModelSpec, layer: int, head_dim: int) -> RopeLayout | None:
     return layer_layout(spec, layer, head_dim)  # once per layer and worker, not per head
+
+
+@functools.lru_cache(maxsize=256)
+def _trained_frequencies(spec: ModelSpec, layer: int, head_dim: int) -> tuple[float, ...] | None:
+    return trained_frequencies(spec, layer, head_dim)
 
 
 def process_group(

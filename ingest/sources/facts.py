@@ -237,7 +237,7 @@ def _check_dataset_counts(spec: ModelSpec, facts: dict, given: dict) -> None:
 # captures. An option overrides both. The GQA ratio too, when the dataset records both head counts
 # and they agree with its stated ratio; a ratio without such counts is refused (_check_dataset_counts).
 RECORDED_FACTS = ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "rope_theta", "rope_pairing", "rope_scaling",
-                  "nope_layers")
+                  "nope_layers", "trained_context", "trained_context_source")
 
 
 def recorded_over_registry(registered: ModelSpec, metadata: dict, overrides: dict) -> tuple[dict, str | None]:
@@ -334,8 +334,14 @@ def spec_notes(spec: ModelSpec, complement: bool = True) -> list[str]:
     if spec.rope == "none" and complement:
         notes.append(
             f"{spec.model} has no rotary position embedding (rope: none): no RoPE planes are computed "
-            "(rope_planes has no rows for it), its layers count as NoPE layers (heads.is_nope) and the "
+            "(rope_planes and frequency_usage have no rows for it), its layers count as NoPE layers (heads.is_nope) and the "
             "findings about RoPE layers leave it out; rotation.omega comes from the complement pairs"
+        )
+    if spec.rope != "none" and spec.nope_layers and complement:
+        shown = ", ".join(map(str, spec.nope_layers))
+        notes.append(
+            f"{spec.model}: layer{'s' if len(spec.nope_layers) > 1 else ''} {shown} apply no RoPE (NoPE): their "
+            "rope_planes rows are the control, and frequency_usage has none for them (their planes do not turn)"
         )
     for entry in json.loads(spec.position_scaling or "[]"):
         if not entry.get("removed", False):

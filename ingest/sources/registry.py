@@ -47,6 +47,10 @@ class ModelSpec:
     # the capture stored vectors before RoPE (qkdb sniff --pre-rope): the ingest rotates them by the RoPE the
     # capture recorded before computing anything (ingest/engine/pre_rope.py)
     pre_rope: bool = False
+    # L_train, the context the model's RoPE planes were trained over (tokens), and where it came from
+    # (ingest/sources/trained_context.py): frequency_usage's turns_trained and critical plane
+    trained_context: int | None = None
+    trained_context_source: str | None = None
     # sha256 of the weights the capture loaded (capture.weights_sha256; the simulator's: of its planted
     # parameters): a series whose checkpoints share it is refused (qkdb/pipeline.py)
     weights_sha256: str | None = None

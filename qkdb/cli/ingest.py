@@ -13,30 +13,19 @@ from qkdb.cli.app import app
 from qkdb.cli.common import HomeOption, note
 from qkdb.cli.progress import ingest_progress
 from qkdb.errors import HubError, InputError, QkdbError, UsageError
-from qkdb.ingest import FIT_ROWS, PLASTICITY_PAIRS, PLASTICITY_QUERIES, IngestOptions
+from qkdb.ingest import FIT_ROWS, FREQUENCY_PAIRS, PLASTICITY_PAIRS, PLASTICITY_QUERIES, IngestOptions
 
 
-def _parse_fit_rows(text: str) -> int | None:
-    if text.strip().lower() == "all":
-        return None
-    try:
-        rows = int(text)
-    except ValueError:
-        rows = 0
-    if rows < 2:
-        raise InputError(f"--fit-rows takes a number of vectors (at least 2) or 'all', not {text!r}")
-    return rows
-
-
-def _parse_plasticity_queries(text: str) -> int | None:
+def _count_or_all(text: str, flag: str, what: str, minimum: int) -> int | None:
+    """A count option that also takes 'all' (None): --fit-rows, --plasticity-queries, --frequency-pairs."""
     if text.strip().lower() == "all":
         return None
     try:
         n = int(text)
     except ValueError:
         n = 0
-    if n < 2:
-        raise InputError(f"--plasticity-queries takes a number of queries (at least 2) or 'all', not {text!r}")
+    if n < minimum:
+        raise InputError(f"{flag} takes a number of {what} (at least {minimum}) or 'all', not {text!r}")
     return n
 
 
@@ -69,6 +58,7 @@ def ingest(
     rope_theta: Annotated[Optional[float], typer.Option("--rope-theta", help="RoPE base (else the registry's; fitted when unknown). A capture's recorded frequencies win: an option that contradicts them is refused.")] = None,
     rope_pairing: Annotated[Optional[str], typer.Option("--rope-pairing", help="'half' (rotate-half, default) or 'interleaved'; must agree with a pairing the capture established.")] = None,
     rope_scaling: Annotated[Optional[str], typer.Option("--rope-scaling", help="RoPE scaling as transformers JSON, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 8192}'.")] = None,
+    trained_context: Annotated[Optional[int], typer.Option("--trained-context", help="The model's trained context in tokens (L_train of frequency_usage's critical plane; the original length for scaled RoPE). Default: the capture's config, the rope_scaling's original length, or the registry's.")] = None,
     max_vectors: Annotated[Optional[int], typer.Option("--max-vectors", help="Seeded subsample of at most N vectors per file.")] = None,
     components: Annotated[int, typer.Option("--components", help="Principal components stored per head.")] = 10,
     b_method: Annotated[str, typer.Option("--b-method", help="Axis b: 'eig' (seeds' code) or 'mean_diff' (thesis text).")] = "eig",
@@ -78,6 +68,7 @@ def ingest(
     fit_rows: Annotated[str, typer.Option("--fit-rows", help="Vectors per head (seeded, Q and K in proportion) for the complement and RoPE-plane statistics, or 'all'. Fewer is faster and noisier.")] = str(FIT_ROWS),
     no_plasticity: Annotated[bool, typer.Option("--no-plasticity", help="Skip attention plasticity and the recency check (tables plasticity*, recency; docs/plasticity.md).")] = False,
     plasticity_pairs: Annotated[int, typer.Option("--plasticity-pairs", help="Key pairs drawn per position bin for plasticity.")] = PLASTICITY_PAIRS,
+    frequency_pairs: Annotated[str, typer.Option("--frequency-pairs", help="Causal (t, s) pairs of one text per head for frequency_usage (seeded), or 'all'.")] = str(FREQUENCY_PAIRS),
     plasticity_queries: Annotated[str, typer.Option("--plasticity-queries", help="Queries per bin the empirical plasticity estimator compares with every pair (seeded), or 'all'. More is slower and less noisy.")] = str(PLASTICITY_QUERIES),
     seed: Annotated[int, typer.Option(help="Seed for subsampling and points.")] = 0,
     skip_bad_heads: Annotated[bool, typer.Option("--skip-bad-heads", help="Ingest the other heads when one is bad; record why.")] = False,
@@ -99,10 +90,11 @@ def ingest(
         options = IngestOptions(
             repo=repo, revision=revision, heads=heads, cache_dir=cache_dir, family=family, gqa_ratio=gqa_ratio,
             n_layers=n_layers, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, rope_theta=rope_theta,
-            rope_pairing=rope_pairing, rope_scaling=rope_scaling, max_vectors=max_vectors, n_components=components,
+            rope_pairing=rope_pairing, rope_scaling=rope_scaling, trained_context=trained_context,
+            frequency_pairs=_count_or_all(frequency_pairs, "--frequency-pairs", "pairs", 1), max_vectors=max_vectors, n_components=components,
             b_method=b_method, points=points, collage=_parse_collage(collage_heads), complement=not no_complement,
-            fit_rows=_parse_fit_rows(fit_rows), seed=seed, skip_bad_heads=skip_bad_heads, plasticity=not no_plasticity,
-            plasticity_pairs=plasticity_pairs, plasticity_queries=_parse_plasticity_queries(plasticity_queries),
+            fit_rows=_count_or_all(fit_rows, "--fit-rows", "vectors", 2), seed=seed, skip_bad_heads=skip_bad_heads, plasticity=not no_plasticity,
+            plasticity_pairs=plasticity_pairs, plasticity_queries=_count_or_all(plasticity_queries, "--plasticity-queries", "queries", 2),
             drop_bad_vectors=drop_bad_vectors, workers=workers, force=force, wait=wait,
         )
     except ValueError as exc:  # an option out of range is the user's input

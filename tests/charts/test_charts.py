@@ -26,14 +26,14 @@ from qkdb.cli.app import app
 from qkdb.errors import EXIT_CODES, ChartError
 from qkdb.ingest.capture.simulate import read_planted
 
-from helpers.chart_warehouse import HEAD_DIM, LAYERS, SERIES, SINK_SERIES, STANDALONE, VECTORS  # noqa: F401
+from helpers.chart_warehouse import HEAD_DIM, LAYERS, POOLED_MODELS, SERIES, SINK_SERIES, STANDALONE, VECTORS  # noqa: F401
 from helpers.specs import nodes
 
 # SPEC §7, in its order.
 SPEC_NAMES = [
     "pc-roles", "rq-vs-rk", "depth-heatmap-rq", "depth-heatmap-rk", "explained-variance", "pca-collage",
     "ab-plane-collage", "drift-bars", "variance-decomposition", "bias-strength", "slope-ratio", "depth-heatmaps",
-    "bias-vs-separation", "complement-collage", "series-position-signal", "series-taxonomy",
+    "bias-vs-separation", "complement-collage", "frequency-usage", "series-position-signal", "series-taxonomy",
     "series-explained-variance", "series-depth-heatmap-rq", "series-depth-heatmap-rk", "series-phase-portraits",
     "series-trajectory", "series-bias-decomposition",
     "plasticity-profile", "plasticity-heatmap", "plasticity-by-taxonomy", "recency-check", "series-plasticity",
@@ -338,6 +338,9 @@ GOLDEN.update({
     "series-plasticity": {"facet": {"facet": "metric"}, "spec": {"layer": [
         {"mark": "rect", "encoding": ["fill=phase:nominal", "x=checkpoint:nominal"]},
         {"mark": "line", "encoding": ["x=checkpoint:nominal", "y=value:quantitative"]}]}},
+    "frequency-usage": {"facet": {"facet": "model"}, "spec": {"layer": [
+        {"mark": "rect", "encoding": ["color=mean_logit_share:quantitative", "x=j:ordinal", "y=layer:ordinal"]},
+        {"mark": "rect", "encoding": ["x=j:ordinal", "y=layer:ordinal"]}]}},
 })
 GOLDEN["depth-heatmap-rk"] = GOLDEN["depth-heatmap-rq"]
 # A point per model: exact matches filled circles, the others hollow diamonds, every point named.
@@ -682,6 +685,23 @@ def test_sink_figures_without_a_normaliser_say_what_to_capture(con):
         chart("sink-series", con, series="smollm3-3b")
     with pytest.raises(ChartError, match=r"no checkpoint of a training series has attention mass"):
         chart("sink-series", con)
+
+
+def test_frequency_usage_draws_the_views_shares_and_outlines_each_layers_critical_plane(con, specs):
+    spec = specs["frequency-usage"]
+    cells = [r for rows in spec["datasets"].values() for r in rows if "mean_logit_share" in r]
+    drawn = sorted({r["model"] for r in cells})
+    assert drawn == sorted(POOLED_MODELS)  # (by default the pooled models, as every cross-model figure)
+    want = con.execute("select model, layer, j, mean_logit_share, critical_plane from frequency_usage_by_layer "
+                       "where list_contains(?, model) order by all", [drawn]).fetchall()
+    assert sorted((r["model"], r["layer"], r["j"], r["mean_logit_share"], r["critical_plane"]) for r in cells) == want
+    # The simulated models were "trained" over their 4,096 positions (θ = 10⁴, d = 32): critical plane 12
+    assert {r["critical_plane"] for r in cells} == {12}
+    outline = [layer for layer in spec["spec"]["layer"] if layer.get("transform")]
+    assert outline[0]["transform"] == [{"filter": "datum.j == datum.critical_plane"}]
+    assert "critical plane 12 of 16 at 4,096 tokens" in text_of(spec)
+    # NoPE layers (layer 3 of the series checkpoints) have no rows
+    assert not [r for r in cells if r["model"].startswith("smollm3") and r["layer"] == 3]
 
 
 def test_models_option_restricts_and_facets(con):

@@ -163,5 +163,5 @@ def test_cli_report_with_its_helper_is_the_single_process_page(chart_home, tmp_p
     assert "Traceback" not in done.stderr and "did not help" not in done.stderr  # the helper's share was used
     # Every figure's progress line is said once, the helper's share included.
     shown = int(re.search(r"(\d+) figure\(s\)", done.stderr).group(1))
-    assert shown == 29 and len(re.findall(r"^  ok ", done.stderr, flags=re.MULTILINE)) == shown
+    assert shown == 30 and len(re.findall(r"^  ok ", done.stderr, flags=re.MULTILINE)) == shown
     assert undated(out.read_text()) == undated(serial_page(chart_home))

@@ -198,7 +198,7 @@ def test_shell_tables_fit_and_say_how_to_see_every_column(warehouse):
     assert max(len(line) for line in lines) <= WIDTH and header[0] == "id"
     assert len([r for r in body if r[0]]) == n_rows  # it was 1,800+ lines of 2-character columns
     # Only values wrap (a measured value longer than its column), never a key: every row starts with its id
-    assert all(not r[0] or re.fullmatch(r"(\d{3}|attn)\.[\w.]+", r[0]) for r in body)
+    assert all(not r[0] or re.fullmatch(r"(\d{3}|attn|rope)\.[\w.]+", r[0]) for r in body)
     assert any(re.fullmatch(r"\d+ of \d+ columns shown; \.x \(expanded: one record per row\) or \.format csv for all", line)
                for line in lines)
     assert {"measured", "status"} <= set(header)  # the values, before the finding's wording

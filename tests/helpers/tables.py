@@ -78,6 +78,7 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
     length_rng = np.random.default_rng([seed, 39])
     mass_rng = np.random.default_rng([seed, 41])  # (a stream of its own: the other tables' draws stay as they were)
     text_rng = np.random.default_rng([seed, 42])  # (per-text attention on token 0: one more stream of its own)
+    freq_rng = np.random.default_rng([seed, 49])  # (frequency usage: its own stream too)
     for model, family, series, order, phase, step in models:
         rows["models"].append(dict(
             model=model, family=family, series=series, series_order=order, phase=phase, step=step,
@@ -197,6 +198,20 @@ def build_tables(models=MODELS, seed: int = 7, mu_q_a=None, alpha_factor=None) -
                         var_frac=float(plane_shares[j]), statistic=rng.uniform(0, 100), p_value=p_adj / 2,
                         p_adjusted=p_adj, rotating=bool(p_adj < ALPHA),
                     ))
+                # Frequency usage (SPEC §4.8) in RoPE layers: "trained" over 4,096 tokens, the critical plane is 6
+                # of 8, and the two low planes carry about twice their even share (rope.low_band holds).
+                if not is_nope:
+                    omega = 10000.0 ** (-2 * np.arange(8) / 16)  # (head_dim 16: 8 planes)
+                    turns = omega * 4096 / (2 * math.pi)
+                    share = freq_rng.dirichlet(np.where(turns < 1, 12.0, 3.0))
+                    low = float(share[turns < 1].sum())
+                    for j in range(8):
+                        rows["frequency_usage"].append(dict(
+                            key, j=j, omega=omega[j], omega_trained=omega[j], logit_mean=freq_rng.normal(),
+                            logit_abs=float(share[j]) * 10, logit_share=float(share[j]), bound_share=float(share[j]),
+                            turns_trained=turns[j], critical_plane=6, low_band=bool(turns[j] < 1),
+                            nonrotating_dims=0, nonrotating_share=0.0, low_band_share=low,
+                            low_band_excess=low / (2 / 8), n_pairs=4096, trained_context=4096))
     return {name: _table(name, r) for name, r in rows.items()}
 
 

@@ -53,4 +53,11 @@ def test_facts_are_the_model_facts_given():
     facts = IngestOptions(family="F", gqa_ratio=2).facts()
     assert facts["family"] == "F" and facts["gqa_ratio"] == 2 and facts["n_layers"] is None
     assert set(facts) == {"family", "gqa_ratio", "n_layers", "n_q_heads", "n_kv_heads", "rope_theta",
-                          "rope_pairing", "rope_scaling"}
+                          "rope_pairing", "rope_scaling", "trained_context"}
+
+
+def test_the_frequency_pairs_default_is_the_metrics():
+    from qkdb.ingest.metrics.frequency_usage import PAIRS
+    from qkdb.ingest.options import FREQUENCY_PAIRS
+
+    assert IngestOptions().frequency_pairs == FREQUENCY_PAIRS == PAIRS

@@ -37,7 +37,7 @@ SEED_MODELS = [
 ]
 MU_Q_A = {m[0]: mu for m, mu in zip(SEED_MODELS[5:], (2.0, 4.0, 4.0, 6.0))}  # x2 early, +50% in LC
 ALPHA = {SEED_MODELS[-1][0]: 0.1}  # alpha_k -90% in LC (so bias x 0.15: -85%)
-N_CLAIMS = 87
+N_CLAIMS = 88
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_every_finding_has_data_when_everything_is_ingested(found):
         assert r["holds"] == {"holds": True, "does not hold": False}.get(r["status"]) or (
             r["status"] == "inconclusive" and _missing(r["holds"]))
         assert r["criterion"] and r["measured"] and r["seed_value"] and r["ci_method"]
-        assert r["seed"] in ("002", "003", "attn") and r["id"].startswith(r["seed"] + ".")
+        assert r["seed"] in ("002", "003", "attn", "rope") and r["id"].startswith(r["seed"] + ".")
         # Every row with data has an interval around its value, shown next to it; a maximum has
         # none (heads not ingested can only raise it), and says so.
         lo, hi, v = r["ci_low"], r["ci_high"], r["measured_value"]

@@ -30,7 +30,7 @@ def _copied(tables: dict[str, pa.Table], copies: int = 4) -> dict[str, pa.Table]
     """Every query head copied ``copies`` times into the GQA group of its own key head (no new information)."""
     out = dict(tables)
     for name in ("heads", "pca", "rotation", "complement", "rope_planes", "points", "plasticity", "plasticity_profile",
-                 "plasticity_2d", "recency", "attention_mass", "attention_mass_text"):
+                 "plasticity_2d", "recency", "attention_mass", "attention_mass_text", "frequency_usage"):
         t = tables[name]
         if t.num_rows == 0:
             continue

@@ -521,3 +521,50 @@ def test_registry_ministral3_records_the_hub_captures_query_scale():
     assert find("llama3.2-1b").position_scaling is None
     (note,) = spec_notes(spec)
     assert "queries carry a position-dependent factor that is not RoPE" in note
+
+
+@pytest.mark.parametrize("family", ["phi", "glm", "gptj", "llama3", "deepseek_v2"])
+def test_frequency_usage_uses_the_captures_own_planes(family, model_of, corpus, tmp_path, home):
+    """Partial rotary (phi: 6 of 16 dims), interleaved (glm, gptj), scaled (llama3) and MLA's last dims
+    (deepseek_v2): every pair's plane parts, recomputed from the stored vectors with the layout the capture
+    recorded, are frequency_usage's, and the frequencies are the recorded ones (SPEC §4.8)."""
+    import qkdb
+    from qkdb.ingest.metrics.frequency_usage import causal_pairs
+    from qkdb.ingest.metrics.rope_planes import plane_coordinates
+
+    out = _sniff(model_of(family), corpus, tmp_path / family, model_name=f"tiny-{family}", vectors_per_head=60).out
+    meta = read_metadata(out)
+    qkdb.ingest(path=out, home=home, workers=1, frequency_pairs=None)
+    con = qkdb.connect(home)
+    r, off, pairing = meta["rotary_dims"], meta["rotary_offset"], meta["rope_pairing"]
+    stored = tm.stored_vectors(out)
+    ratio = meta["n_q_heads"] // meta["n_kv_heads"]
+    rows = con.sql("select layer, head, j, omega, logit_share, nonrotating_dims, nonrotating_share, trained_context "
+                   "from frequency_usage order by layer, head, j").fetchall()
+    assert rows and {row[5] for row in rows} == {meta["head_dim"] - r}
+    re, im = plane_coordinates(r, pairing)
+    re, im = re + off, im + off
+    rest = np.setdiff1d(np.arange(meta["head_dim"]), np.arange(off, off + r))
+    by_head = {}
+    for layer, head, j, omega, share, _, rest_share, trained in rows:
+        by_head.setdefault((layer, head), []).append((j, omega, share, rest_share, trained))
+    # (the first positions a sampled capture keeps for attention mass are outside its position policy: every
+    # metric but attention mass leaves them out, this one too)
+    first = meta["capture"]["positions"].get("keep_first", 0)
+    for (layer, head), planes in by_head.items():
+        q, k = stored[(layer, head, "q")], stored[(layer, head // ratio, "k")]
+        kq, kk = q.positions >= first, k.positions >= first
+        qi, ki, _ = causal_pairs(q.positions[kq], q.example_id[kq], k.positions[kk], k.example_id[kk], None,
+                                 np.random.default_rng(0))
+        Q, K = q.vectors[kq].astype(np.float64)[qi], k.vectors[kk].astype(np.float64)[ki]
+        parts = np.abs(np.concatenate([Q[:, re] * K[:, re] + Q[:, im] * K[:, im],
+                                       (Q[:, rest] * K[:, rest]).sum(axis=1, keepdims=True)], axis=1)).mean(axis=0)
+        np.testing.assert_allclose([p[2] for p in planes], parts[:-1] / parts.sum(), rtol=1e-9, atol=1e-12)
+        assert planes[0][3] == pytest.approx(parts[-1] / parts.sum(), abs=1e-12)
+        freqs = (meta.get("layer_rope_inv_freq") or [None] * (layer + 1))[layer] or meta["rope_inv_freq"]
+        np.testing.assert_allclose([p[1] for p in planes], freqs, rtol=1e-12)
+    if family == "llama3":  # the scaled RoPE's original length, recorded by the capture from its config
+        assert {p[4] for ps in by_head.values() for p in ps} == {64}
+        ((base, applied),) = con.sql("select omega_trained, omega from frequency_usage where j = (select max(j) "
+                                     "from frequency_usage) limit 1").fetchall()
+        assert base == pytest.approx(tm.THETA ** (-(r - 2) / r)) and applied < base

@@ -120,6 +120,19 @@ def test_every_heads_alpha0_is_eager_attention_and_repeated_tokens_have_no_sink(
     assert card["natural"][2] > 0.5  # (a real model has sinks on natural text)
 
 
+def test_the_capture_records_the_gguf_configs_trained_context(measured):
+    """frequency_usage's critical plane needs L_train: SmolLM2-135M's config (from the GGUF) says 8,192 tokens,
+    which the bundled sample records too (docs/rotation-planes.md's worked example)."""
+    from qkdb.ingest import sample_path
+    from qkdb.ingest.sources.layout import read_metadata
+
+    root, _ = measured
+    with sample_path() as sample:
+        for folder in (root / "natural", root / "repeated", sample):
+            meta = read_metadata(folder)
+            assert (meta["trained_context"], meta["trained_context_source"]) == (8192, "config: max_position_embeddings")
+
+
 def _fed_windows(tok, capture) -> list[np.ndarray]:
     """The token windows a capture fed: recomputed from its recorded options, checked against its token hash."""
     from qkdb.ingest.capture import texts
