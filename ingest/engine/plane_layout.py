@@ -102,26 +102,26 @@ def layer_layout(spec, layer: int, head_dim: int) -> RopeLayout | None:
                 f"(expected {r // 2}, one per plane)"
             )
         return RopeLayout(spec.rope_pairing, off, r, tuple(float(w) for w in recorded), "recorded")
-    theta, scaling = spec.rope_theta, spec.rope_scaling
-    if spec.layer_rope_theta is not None and layer < len(spec.layer_rope_theta):
-        theta = spec.layer_rope_theta[layer]
-        scaling = (spec.layer_rope_scaling[layer]
-                   if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None)
+    theta, scaling = _layer_rope(spec, layer)
     if theta is None or _length_dependent(scaling):
         return RopeLayout(spec.rope_pairing, off, r, None, "fitted")
     omega = rope_frequencies(r, theta, scaling)
     return RopeLayout(spec.rope_pairing, off, r, tuple(float(w) for w in omega), "derived")
 
 
+def _layer_rope(spec, layer: int) -> tuple[float | None, str | None]:
+    """The RoPE base and scaling of ``layer``: its own where the layers differ (Gemma3), else the model's."""
+    if spec.layer_rope_theta is not None and layer < len(spec.layer_rope_theta):
+        return spec.layer_rope_theta[layer], (spec.layer_rope_scaling[layer] if spec.layer_rope_scaling
+                                              and layer < len(spec.layer_rope_scaling) else None)
+    return spec.rope_theta, spec.rope_scaling
+
+
 def trained_frequencies(spec, layer: int, head_dim: int) -> tuple[float, ...] | None:
     """The frequencies ``layer``'s planes were trained with over ``spec.trained_context``, where they are not
     the ones applied: under a scaled RoPE whose original length is the trained context, the base
     frequencies ``θ^(−2j/r)`` (Liu et al.'s critical dimension is theirs). None: the applied ones."""
-    theta, scaling = spec.rope_theta, spec.rope_scaling
-    if spec.layer_rope_theta is not None and layer < len(spec.layer_rope_theta):
-        theta = spec.layer_rope_theta[layer]
-        scaling = (spec.layer_rope_scaling[layer]
-                   if spec.layer_rope_scaling and layer < len(spec.layer_rope_scaling) else None)
+    theta, scaling = _layer_rope(spec, layer)
     cfg = parse_rope_scaling(scaling) or {}
     original = cfg.get("original_max_position_embeddings")
     if (theta is None or cfg.get("rope_type", cfg.get("type", "default")) == "default" or original is None

@@ -191,7 +191,7 @@ def frequency_usage(
         "bound_share": bound_share,
         "turns_trained": turns,
         "critical_plane": [None] * J if crit is None else np.full(J, crit, dtype=np.int32),
-        "low_band": np.where(np.isfinite(turns), low, False),
+        "low_band": low,
         "nonrotating_dims": np.full(J, d - rotary_dims, dtype=np.int32),
         "nonrotating_share": np.full(J, rest_share),
         "low_band_share": np.full(J, low_share),

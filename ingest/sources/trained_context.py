@@ -35,8 +35,12 @@ SMOLLM3_PHASES = {
 
 def scaled_original(spec: ModelSpec) -> int | None:
     """The original length of a scaled RoPE (``original_max_position_embeddings``), None otherwise."""
+    return _original(spec.rope_scaling)
+
+
+def _original(rope_scaling: str | dict | None) -> int | None:
     try:  # (a malformed scaling is refused, naming it, where the frequencies are derived: plane_layout)
-        cfg = json.loads(spec.rope_scaling) if spec.rope_scaling else {}
+        cfg = json.loads(rope_scaling) if isinstance(rope_scaling, str) else (rope_scaling or {})
     except ValueError:
         return None
     if not isinstance(cfg, dict):
@@ -86,8 +90,7 @@ def note(spec: ModelSpec) -> list[str]:
 
 def record(max_position_embeddings, rope_scaling: dict | None) -> dict:
     """What a capture records of its config's trained context (the keys of :class:`ModelSpec` it sets)."""
-    scaling = json.dumps(rope_scaling, sort_keys=True) if rope_scaling else None
-    original = scaled_original(ModelSpec(model="-", rope_scaling=scaling))
+    original = _original(rope_scaling)
     if original is not None:
         return {"trained_context": original,
                 "trained_context_source": "config: rope_scaling original_max_position_embeddings"}
