@@ -72,27 +72,28 @@ def pytest_terminal_summary(terminalreporter, config):
 # -- the slowest files first (issue 48): with `--dist loadfile` a worker takes the next file when it is
 # free, so a long file taken last keeps one core busy after the other has finished. xdist's own
 # order (most tests first) put the single-test files that take a minute or more at the very end (the
-# last 10 % of a CI run took a third of its time). Worker-seconds from `.ci/run --file-durations`,
-# 2026-11-29; files not listed keep their order, after these. Only the order changes.
+# last 10 % of a CI run took a third of its time). Worker-seconds from `.ci/run --file-durations`
+# (2026-11-29, fourth round; single long tests from --durations); files not listed keep their order, after
+# these. Only the order changes.
 SLOW_FILES = {
-    "tests/ingest/engine/test_cluster.py": 140,
-    "tests/charts/test_charts.py": 89,
-    "tests/sql/test_verdicts.py": 88,
-    "tests/charts/test_report_browser.py": 85,
-    "tests/sharing/test_publish_pull.py": 83,
-    "tests/ingest/capture/test_sniff_smollm2.py": 74,
-    "tests/ingest/capture/test_sniff_series.py": 68,
-    "tests/ingest/sources/test_input_guards.py": 65,
-    "tests/sql/test_findings_cli.py": 64,
-    "tests/warehouse/test_sink_rate_intervals.py": 64,
-    "tests/sharing/test_sharing_cli.py": 62,
-    "tests/cli/test_cli.py": 58,
-    "tests/ingest/sources/test_hub.py": 57,
-    "tests/ingest/capture/test_sniff_rope_planes.py": 57,
-    "tests/warehouse/test_intervals.py": 56,
-    "tests/test_benchmark_quick.py": 33,
-    "tests/test_calibration_quick.py": 27,
+    "tests/ingest/engine/test_cluster.py": 108,
+    "tests/ingest/capture/test_sniff_smollm2.py": 91,
+    "tests/charts/test_report_browser.py": 91,
+    "tests/sharing/test_publish_pull.py": 84,
+    "tests/charts/test_charts.py": 68,
+    "tests/ingest/capture/test_sniff_series.py": 65,
+    "tests/sql/test_verdicts.py": 63,
+    "tests/sharing/test_sharing_cli.py": 56,
+    "tests/ingest/sources/test_input_guards.py": 53,
+    "tests/ingest/sources/test_hub.py": 53,
+    "tests/sql/test_findings_cli.py": 53,
+    "tests/ingest/capture/test_sniff_rope_planes.py": 51,
+    "tests/cli/test_cli.py": 42,
+    "tests/warehouse/test_intervals.py": 41,
+    "tests/warehouse/test_warehouse.py": 39,
     "tests/cli/test_demo.py": 36,
+    "tests/test_benchmark_quick.py": 33,
+    "tests/test_calibration_quick.py": 29,
 }
 
 
