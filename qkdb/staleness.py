@@ -25,6 +25,7 @@ from qkdb.errors import QkdbError
 MODEL_COLUMNS = (
     "model", "source", "location", "revision", "head_dim", "n_layers", "rope", "rope_pairing", "rotary_dims",
     "rotary_offset", "rope_source", "rope_inv_freq", "layer_rope_inv_freq", "pre_rope", "trained_context",
+    "trained_context_source",
 )
 
 PlanesReader = Callable[[str], list[tuple[int, int, float, str]]]  # model -> (layer, j, omega, omega_source)
@@ -111,9 +112,13 @@ def trained_context_changed(spec, row: dict) -> str | None:
     """What changed in the trained context ``frequency_usage``'s critical plane was computed over; None when nothing did."""
     if spec.rope == "none" or not row.get("head_dim") or row.get("trained_context") == spec.trained_context:
         return None
-    before, after = row.get("trained_context"), spec.trained_context
-    return (f"trained context {'unknown' if before is None else f'{before:,}'} → "
-            f"{'unknown' if after is None else f'{after:,}'} tokens")
+    if row.get("source") == "hub" and str(row.get("trained_context_source") or "").startswith(
+            ("config", "simulate", "dataset")):
+        return None  # (what a pushed capture recorded is not read again here: _metadata reads local datasets)
+    def said(v) -> str:
+        return "unknown" if v is None else f"{v:,} tokens"
+
+    return f"trained context {said(row.get('trained_context'))} → {said(spec.trained_context)}"
 
 
 def _planes_view(layout):

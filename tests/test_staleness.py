@@ -131,9 +131,20 @@ def test_a_changed_trained_context_makes_frequency_usage_stale_and_an_option_is_
     meta = {"trained_context": 4096, "trained_context_source": "config: max_position_embeddings"}
     (data / "qkdb_dataset.json").write_text(json.dumps(meta))  # (as a capture of its config records it)
     (stale,) = qkdb.api.stale_models()
-    assert stale.change == "trained context 32,768 → 4,096 tokens"
+    assert stale.change == "trained context 32,768 tokens → 4,096 tokens"
     assert "frequency_usage (critical plane, low band) and rope.low_band are stale" in stale.message()
     qkdb.ingest(data, "mistral-v0.2-7b", workers=1)
     assert qkdb.api.stale_models() == []
     with qkdb.connect() as con:
         assert con.execute("select trained_context from models").fetchall() == [(4096,)]
+
+
+def test_a_hub_captures_recorded_trained_context_is_not_taken_for_a_change():
+    from qkdb.ingest import registry
+    from qkdb.staleness import trained_context_changed
+
+    spec = registry.lookup("smollm3-3b-stage1-step-40000")  # (its registry length is unknown until resolved)
+    row = {"model": spec.model, "source": "hub", "head_dim": 128, "trained_context": 65536,
+           "trained_context_source": "config: max_position_embeddings"}
+    assert trained_context_changed(spec, row) is None  # (the pushed capture's record is not read again here)
+    assert trained_context_changed(spec, {**row, "source": "path"}) == "trained context 65,536 tokens → unknown"
