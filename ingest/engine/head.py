@@ -261,7 +261,7 @@ def _frequency_usage(q: KindData, k: KindData, ctx: HeadContext, options: Ingest
                      rows: HeadRows, rng: np.random.Generator) -> None:
     """Which planes the head's logits are built from (SPEC §4.8): RoPE layers only (a NoPE layer's
     planes do not turn, so their frequencies mean nothing there), over causal pairs of one text."""
-    if ctx.is_nope or ctx.rope is None:
+    if ctx.is_nope:
         return
     if q.data.example_id is None or k.data.example_id is None:
         rows.notes.append(f"l{ctx.layer:02d}h{ctx.head:02d}: no example_id, so no texts: no frequency usage")

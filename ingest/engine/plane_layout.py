@@ -31,6 +31,7 @@ import numpy as np
 
 from qkdb.errors import InputError
 from qkdb.ingest.metrics.rope_planes import SCALING_TYPES, parse_rope_scaling, rope_frequencies
+from qkdb.ingest.sources.trained_context import original_length
 
 # rope_planes.omega agrees with a recorded frequency to this relative difference (float32 inv_freq
 # round trips through JSON as float64: ~6e-8)
@@ -122,10 +123,8 @@ def trained_frequencies(spec, layer: int, head_dim: int) -> tuple[float, ...] | 
     the ones applied: under a scaled RoPE whose original length is the trained context, the base
     frequencies ``θ^(−2j/r)`` (Liu et al.'s critical dimension is theirs). None: the applied ones."""
     theta, scaling = _layer_rope(spec, layer)
-    cfg = parse_rope_scaling(scaling) or {}
-    original = cfg.get("original_max_position_embeddings")
-    if (theta is None or cfg.get("rope_type", cfg.get("type", "default")) == "default" or original is None
-            or spec.trained_context is None or int(original) != int(spec.trained_context)):
+    original = original_length(scaling)
+    if theta is None or original is None or original != spec.trained_context:
         return None
     return tuple(float(w) for w in rope_frequencies(rotated_dims(spec, head_dim), theta))
 

@@ -35,10 +35,11 @@ SMOLLM3_PHASES = {
 
 def scaled_original(spec: ModelSpec) -> int | None:
     """The original length of a scaled RoPE (``original_max_position_embeddings``), None otherwise."""
-    return _original(spec.rope_scaling)
+    return original_length(spec.rope_scaling)
 
 
-def _original(rope_scaling: str | dict | None) -> int | None:
+def original_length(rope_scaling: str | dict | None) -> int | None:
+    """A scaling's ``original_max_position_embeddings`` (JSON text or dict); None for plain RoPE or none given."""
     try:  # (a malformed scaling is refused, naming it, where the frequencies are derived: plane_layout)
         cfg = json.loads(rope_scaling) if isinstance(rope_scaling, str) else (rope_scaling or {})
     except ValueError:
@@ -90,7 +91,7 @@ def note(spec: ModelSpec) -> list[str]:
 
 def record(max_position_embeddings, rope_scaling: dict | None) -> dict:
     """What a capture records of its config's trained context (the keys of :class:`ModelSpec` it sets)."""
-    original = _original(rope_scaling)
+    original = original_length(rope_scaling)
     if original is not None:
         return {"trained_context": original,
                 "trained_context_source": "config: rope_scaling original_max_position_embeddings"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qkdb.ingest.capture.simulate import HeadParams, simulate_head
-from qkdb.ingest.metrics.frequency_usage import causal_pairs, critical_plane, frequency_usage
+from qkdb.ingest.metrics.frequency_usage import PLANE_COLUMNS, causal_pairs, critical_plane, frequency_usage
 from qkdb.ingest.metrics.rope_planes import plane_coordinates, rope_frequencies
 from qkdb.warehouse.batches import to_batch
 from qkdb.warehouse.schema import FREQUENCY_USAGE
@@ -173,6 +173,8 @@ def test_critical_plane_is_liu_et_al_critical_dimension_over_two(theta, d, lengt
 def test_no_trained_context_leaves_the_band_null_and_the_shares_known():
     Q, t_q, ex_q, K, t_k, ex_k = _capture()
     got = _usage(Q, t_q, ex_q, K, t_k, ex_k)
+    assert tuple(got) == PLANE_COLUMNS
+    assert set(PLANE_COLUMNS) == set(FREQUENCY_USAGE.arrow_schema.names) - {"layer", "head"}
     assert np.isnan(got["turns_trained"]).all() and np.isnan(got["low_band_excess"]).all()
     assert got["critical_plane"] == [None] * 8 and not got["low_band"].any()
     assert np.isfinite(got["logit_share"]).all()
