@@ -365,7 +365,6 @@ REFRESH_MEMORY_ON_DISK = "600MB"
 SNAPSHOT_DIR = ".snapshot"
 
 
-@contextlib.contextmanager
 def _refresh_settings(con: duckdb.DuckDBPyConnection, memory: str | None):
     """One thread and ``memory`` at most (None: DuckDB's default); the database's own settings back afterwards.
 
@@ -375,22 +374,9 @@ def _refresh_settings(con: duckdb.DuckDBPyConnection, memory: str | None):
     are the database's, shared by every connection this process has to it (DuckDB keeps one
     instance a file): restored when the refresh ends.
     """
-    names = ("threads", "memory_limit")
-    before = dict(zip(names, con.execute(
-        "select " + ", ".join(f"current_setting('{n}')" for n in names)).fetchall()[0]))
-    try:
-        con.execute("set threads = 1")
-        if memory is not None:
-            con.execute(f"set memory_limit = {_sql_str(memory)}")
-        yield
-    finally:
-        for name, value in before.items():
-            with contextlib.suppress(Exception):  # (a connection closing under an error: nothing to restore)
-                # Back to the default when it was that (a memory limit read back as '18.8 GiB' and
-                # set again would lose its last digits at every refresh), else to what it was.
-                con.execute(f"reset {name}")
-                if con.execute(f"select current_setting('{name}')").fetchall()[0][0] != value:
-                    con.execute(f"set {name} = {_sql_str(str(value))}")
+    from qkdb.warehouse.duckdb_settings import temporarily
+
+    return temporarily(con, threads=1, memory_limit=memory)
 
 
 def ensure_catalog(home: Path, wait: float = 10.0) -> bool:

@@ -38,6 +38,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,6 +81,9 @@ MIN_MODELS = 16
 # thousands of units their sums are normal to well within the resampling noise.
 EXACT_UNITS = 1_000
 MAX_WEIGHTS = 4_000_000  # replicate × unit weights held at once (32 MB), whatever the warehouse size
+# A set of weights kept for the findings after it (its scope's) only up to this many: a larger one is
+# drawn again, a block at a time, by each finding that needs it (in a large warehouse, only medians do).
+KEEP_WEIGHTS = MAX_WEIGHTS
 THESE, POPULATION = "these models", "models like these"
 # snapshot_inputs keeps finding_inputs' rows in an in-memory database named so (and a token: a
 # database attached is seen by every connection of the process to the same file, so each snapshot
@@ -527,7 +531,11 @@ class _Replicates:
     """Resampled values of the findings, their weights drawn once per set of units and strata.
 
     Findings come scope by scope, and those of a scope mostly rest on the same units: the weights
-    of the last few sets are kept (up to 32 MB each), not those of every set.
+    of the last few sets are kept, when a set's weights fit in :data:`KEEP_WEIGHTS`. A larger set
+    (a median over a family's ten thousand key-head groups: 2,000 × 10,811 weights are 173 MB) is
+    drawn a block at a time, each block used and let go: the same draws in the same order, so the
+    same values, without holding them all (issue 48: at 140,100 heads two such sets kept were a
+    refresh's peak).
     """
 
     KEEP = 2
@@ -535,7 +543,7 @@ class _Replicates:
     def __init__(self) -> None:
         self._weights: dict[tuple, list[np.ndarray]] = {}
 
-    def weights(self, f: _Finding) -> list[np.ndarray]:
+    def weights(self, f: _Finding) -> Iterator[np.ndarray]:
         """Rao–Wu weights of ``f``'s resampled units in their strata, in blocks of rows.
 
         The units are the models for models like these (one stratum), else the key-head groups in
@@ -545,17 +553,25 @@ class _Replicates:
         strata = np.zeros(len(units), dtype=np.int64) if f.by_model else f.stratum
         signature = zlib.crc32("\n".join([f.scope, f.estimand, *units]).encode())
         key = (signature, len(units), strata.tobytes())
-        if key not in self._weights:
-            rng = _rng(f.scope, f.estimand, str(signature))
-            chunk = max(1, min(N_BOOT, MAX_WEIGHTS // max(len(units), 1)))
-            blocks, done = [], 0
-            while done < N_BOOT:
-                blocks.append(inference.rao_wu_weights(strata, min(chunk, N_BOOT - done), rng))
-                done += blocks[-1].shape[0]
-            if len(self._weights) >= self.KEEP:
-                del self._weights[next(iter(self._weights))]
-            self._weights[key] = blocks
-        return self._weights[key]
+        if key in self._weights:
+            return iter(self._weights[key])
+        blocks = self._draw(f, signature, strata)
+        if N_BOOT * len(units) > KEEP_WEIGHTS:
+            return blocks
+        if len(self._weights) >= self.KEEP:
+            del self._weights[next(iter(self._weights))]
+        self._weights[key] = list(blocks)
+        return iter(self._weights[key])
+
+    @staticmethod
+    def _draw(f: _Finding, signature: int, strata: np.ndarray) -> Iterator[np.ndarray]:
+        rng = _rng(f.scope, f.estimand, str(signature))
+        chunk = max(1, min(N_BOOT, MAX_WEIGHTS // max(strata.size, 1)))
+        done = 0
+        while done < N_BOOT:
+            block = inference.rao_wu_weights(strata, min(chunk, N_BOOT - done), rng)
+            done += block.shape[0]
+            yield block
 
     def __call__(self, f: _Finding) -> np.ndarray:
         if f.n_resampled > EXACT_UNITS and f.stat != "median":

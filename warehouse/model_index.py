@@ -108,19 +108,30 @@ def indexed_stamps(con: duckdb.DuckDBPyConnection, target: Path) -> dict[str, st
         return {}
 
 
+# What DuckDB may hold while it sorts an index's rows. An index is written again whole whenever a
+# model changes, and its sort holds every row: at 140,100 heads (benchmarks/latency.py) the rotation
+# planes' 2.1 s took 1.39 GB and the plasticity profiles' 3.3 s 2.46 GB; within 500 MB they take 3.5 s
+# and 6.1 s and ~0.5-0.7 GB (issue 48: every command within 1 GB at study scale).
+INDEX_MEMORY = "500MB"
+
+
 def write_index(con: duckdb.DuckDBPyConnection, select: str, target: Path, stamps: dict[str, str] | None = None) -> Path | None:
     """Replace the index ``target`` with the rows of ``select``, atomically; None when it cannot be written.
 
     ``stamps`` (model -> stamp, every model the index stands for) go into the file's metadata, so that
-    a model without rows is known to be current as well.
+    a model without rows is known to be current as well. The rows are sorted within
+    :data:`INDEX_MEMORY` (spilling to the database's temporary folder past it).
     """
     import duckdb
+
+    from qkdb.warehouse.duckdb_settings import spills_to_disk, temporarily
 
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     kv = f", kv_metadata {{{_STAMPS_KEY}: {_quote(json.dumps(stamps, sort_keys=True))}}}" if stamps is not None else ""
     try:
         target.parent.mkdir(exist_ok=True)
-        con.execute(f"copy ({select}) to {_quote(str(tmp))} (format parquet{kv})")
+        with temporarily(con, memory_limit=INDEX_MEMORY if spills_to_disk(con) else None):
+            con.execute(f"copy ({select}) to {_quote(str(tmp))} (format parquet{kv})")
         os.replace(tmp, target)
     except (OSError, duckdb.Error):
         with contextlib.suppress(OSError):

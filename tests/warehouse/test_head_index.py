@@ -269,3 +269,46 @@ def test_an_index_of_a_table_without_rows_is_current_and_not_rewritten(dataset, 
     finally:
         con.close()
     assert os.stat(target).st_mtime_ns == mtime
+
+
+def test_an_index_sorted_within_a_small_memory_cap_is_the_same_file_order_and_the_settings_come_back(
+        two_samples, monkeypatch):
+    """Issue 48: an index is sorted within INDEX_MEMORY (at 140,100 heads the plasticity profiles'
+    sort took 2.46 GB); spilled or not, its rows come in the same order, and the database's own
+    memory limit is its own again afterwards."""
+    from qkdb.warehouse import model_index
+
+    home, _ = two_samples
+    which = head_index.REPORT_TABLES[0]
+    target = head_index.path(home, which)
+
+    def written(cap: str | None) -> tuple[list[tuple], str, str]:
+        monkeypatch.setattr(model_index, "INDEX_MEMORY", cap)
+        target.unlink(missing_ok=True)
+        con = qkdb.connect(home, read_only=True)
+        try:
+            con.execute("set memory_limit = '2GiB'")
+            seen = []
+            execute = con.execute
+
+            class Watching:  # (the limit DuckDB has while the index is written)
+                def __getattr__(self, name):
+                    return getattr(con, name)
+
+                def execute(self, sql, *args):
+                    if sql.startswith("copy ("):
+                        seen.append(execute("select current_setting('memory_limit')").fetchall()[0][0])
+                    return execute(sql, *args)
+
+            assert head_index.ensure(home, Watching(), which) == target
+            after = execute("select current_setting('memory_limit')").fetchall()[0][0]
+            rows = execute(f"select * from read_parquet('{target}')").fetchall()  # (the file's own order)
+            return rows, seen[0], after
+        finally:
+            con.close()
+
+    free, during_free, after_free = written(None)
+    capped, during_capped, after_capped = written("16MB")
+    assert capped == free and len(free) > 1_000
+    assert during_free == after_free == after_capped == "2.0 GiB"
+    assert during_capped == "15.2 MiB"  # (16 MB as DuckDB shows it)

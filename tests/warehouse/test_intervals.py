@@ -257,6 +257,22 @@ def test_normal_sums_stand_in_for_the_weights_over_many_units(monkeypatch):
     assert compared >= 10
 
 
+def test_weights_too_large_to_keep_are_drawn_again_by_block_and_give_the_same_bytes(monkeypatch):
+    """Issue 48: a large set of weights is drawn a block at a time and not kept (two kept sets of a
+    family's median were a 140,000-head refresh's peak); the draws, so the intervals, are the same."""
+    tables = build_tables()
+    monkeypatch.setattr(intervals, "MAX_WEIGHTS", 20_000)  # (blocks of a few hundred resamples)
+    kept = intervals.compute(make_connection(tables)).drop_columns(["computed_at"])
+    reps = intervals._Replicates()
+    monkeypatch.setattr(intervals, "_Replicates", lambda: reps)
+    monkeypatch.setattr(intervals, "KEEP_WEIGHTS", 0)
+    drawn = intervals.compute(make_connection(tables)).drop_columns(["computed_at"])
+    assert drawn.equals(kept)
+    assert reps._weights == {}  # (nothing held past its finding)
+    bootstrapped = [m for m in kept.column("ci_method").to_pylist() if m and "bootstrap over" in m]
+    assert len(bootstrapped) >= 10
+
+
 def test_few_key_head_groups_get_the_stratified_jackknife_with_t_down_to_four(monkeypatch):
     # One model of 4 layers x 5 heads (each its own key head): 20 groups in 4 strata, 16 df
     tables = build_tables(models=STANDALONE[:1])
