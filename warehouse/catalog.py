@@ -357,11 +357,13 @@ REFRESH_MEMORY = "2GB"
 # after), where DuckDB keeps only what REFRESH_MEMORY_ON_DISK allows: an in-memory snapshot holds every
 # row (~13 kB a head). benchmarks/latency.py's warehouses, this 2-core machine, 2026-11-29: at 27,900
 # heads in memory 3.5-4.0 s and 0.99 GB peak, as a file 4.1-5.6 s and 0.60-0.71 GB; at 140,100 heads in
-# memory ~14 s and 2.7 GB, as a file 16.7-17.1 s and 1.24-1.34 GB (the rest is Python's: the per-group
-# sums and the resampling). Below it the memory is small and writing the file would cost ~30% of the
-# refresh (docs/benchmarks.md, "Memory at study scale").
+# memory ~14 s and 2.7 GB, as a file within 600 MB 16.7-17.1 s and 1.24-1.34 GB. With the resampling's
+# weights no longer kept (intervals._Replicates) the rest is DuckDB's: its results handed to Python
+# and the sums queries running at once, beyond its cap; within 400 MB 19-20 s and 0.75-0.89 GB, within
+# 600 MB 0.92-1.10 GB. Below SNAPSHOT_ON_DISK_HEADS the memory is small and writing the file would cost
+# ~30% of the refresh (docs/benchmarks.md, "Memory at study scale").
 SNAPSHOT_ON_DISK_HEADS = 25_000
-REFRESH_MEMORY_ON_DISK = "600MB"
+REFRESH_MEMORY_ON_DISK = "400MB"
 SNAPSHOT_DIR = ".snapshot"
 
 
