@@ -76,12 +76,17 @@ def _derived(con, models: list[str], everything: bool) -> tuple[list[dict], byte
 def _figures(con, models: list[str], progress: Progress) -> list[tuple[str, bytes]]:
     """The card's figures the data supports, as PNG bytes."""
     from qkdb.charts import chart, render
+    from qkdb.charts.data import MAX_MODEL_ROWS
     from qkdb.errors import ChartError
 
+    # Models named to a figure are all drawn, a row each: past the figures' limit of rows the card
+    # draws what `qkdb chart` draws of the (restricted) connection's models (a 472-model publish
+    # failed on depth-heatmap-rk's 9,440 rows).
+    named = models if len(models) <= MAX_MODEL_ROWS else None
     out = []
     for name in card.FIGURES:
         try:
-            png = render.render(chart(name, con, models=models), "png")
+            png = render.render(chart(name, con, models=named), "png")
         except ChartError:
             continue  # (not supported by these models: the card shows the others)
         out.append((name, png))

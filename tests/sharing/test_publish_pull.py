@@ -117,6 +117,24 @@ def test_publish_makes_one_commit_of_tables_manifest_findings_card_and_figures_n
     assert shown and all(f"`{r['id']}`" in card for r in shown)
 
 
+def test_the_cards_figures_of_more_models_than_a_figure_has_rows_draw_what_qkdb_chart_draws(hub, publisher, monkeypatch):
+    """A publish names its models to the card's figures, and named models are all drawn, a row each:
+    a 472-model warehouse failed on depth-heatmap-rk's 9,440 rows. Past the figures' limit of rows the
+    card draws what `qkdb chart` draws (here the limit is one row: the first of the first family)."""
+    from qkdb.charts import data
+
+    def png(done, name="depth-heatmap-rk") -> bytes:
+        return hub.repos[REPO].commits[done.commit].files[f"figures/{name}.png"]
+
+    both = _publish(hub, publisher, figures=True)
+    monkeypatch.setattr(data, "MAX_MODEL_ROWS", 1)
+    one = _publish(hub, publisher, figures=True, branch="limited")
+    assert "depth-heatmap-rk" in both.figures and "depth-heatmap-rk" in one.figures
+    # (a figure renders to the same bytes every time: with both models named, both rows would be drawn again)
+    assert png(one) != png(both)
+    assert png(one, "rq-vs-rk") == png(both, "rq-vs-rk")  # (a figure without a row per model is as it was)
+
+
 def test_publishing_unchanged_models_again_uploads_nothing_and_makes_no_commit(hub, publisher):
     first = _publish(hub, publisher, figures=True)
     hub.clear_log()
