@@ -29,7 +29,13 @@ What it does (docs/benchmarks.md, "Interactive commands", shows the figures of o
      ``qkdb chart`` does (the issue's target is the chart against this floor);
    * ``qkdb report -o report.html`` (and the PSS of its process tree: it forks a helper);
    * the findings' interval refresh that follows every ingest batch, ``qkdb.api.refresh_findings()``
-     (``benchmarks/interval_refresh.py`` times the refresh alone, against an earlier commit).
+     (``benchmarks/interval_refresh.py`` times the refresh alone, against an earlier commit);
+   * then, after every repetition of those, the commands that change the warehouse, one cycle a
+     repetition (issue 48: every command within 1 GB at 140,000 heads): ``qkdb ingest`` of the
+     bundled SmolLM2 sample as one more model, the first ``qkdb report`` after it (which brings the
+     report's indexes up to date), ``qkdb publish`` of that model (with its card's figures) to the test
+     suite's fake Hub on loopback, ``qkdb remove`` of it, and ``qkdb pull`` of it back; it is removed
+     again after each cycle, and a report at the end leaves the warehouse as it was found.
 
 Needs psutil besides qkdb (the ``bench`` extra).
 """
@@ -49,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from ingest import log, measure  # noqa: E402
 
@@ -227,11 +233,29 @@ def commands(home: Path, work: Path) -> dict[str, list[str]]:
     }
 
 
+# The commands that change the warehouse: one cycle a repetition, after the others (the model they add
+# is removed again after each cycle: the warehouse stays the size it is).
+EXTRA = "bench-extra"
+CYCLE = ("ingest", "report after ingest", "publish", "remove", "pull")
+
+
+def cycle_commands(work: Path, sample: Path, rep: int) -> dict[str, list[str]]:
+    return {
+        "ingest": qkdb("ingest", "--path", str(sample), "-m", EXTRA, "-q"),
+        "report after ingest": qkdb("report", "-o", str(work / "report.html")),
+        "publish": qkdb("publish", f"bench/extra-{rep}", "--model", EXTRA),
+        "remove": qkdb("remove", "-m", EXTRA),
+        "pull": qkdb("pull", f"bench/extra-{rep}"),
+    }
+
+
 LABELS = {
     "help": "qkdb --help", "query": 'qkdb query "select 1"', "aggregate": "qkdb query (aggregate)",
     "views": "qkdb views", "models": "qkdb models", "info": "qkdb info", "findings": "qkdb findings",
     "chart": f"qkdb chart {CHART} -o fig.png", "chart floor": "  its floor: vl-convert, same spec",
     "report": "qkdb report -o report.html", "refresh": "interval refresh (api)",
+    "ingest": "qkdb ingest (one more model)", "report after ingest": "qkdb report, the first after it",
+    "publish": "qkdb publish --model (it)", "remove": "qkdb remove -m (it)", "pull": "qkdb pull (it back)",
 }
 
 
@@ -262,10 +286,39 @@ def run_size(home: Path, heads: int, reps: int, only: list[str] | None) -> dict:
             for _ in range(min(3, reps)):
                 pss.append(measure("report", steps["report"], env=env).rss_tree_mib)
         report_bytes = (work / "report.html").stat().st_size if (work / "report.html").exists() else None
+        if not only or any(c.startswith(o) for c in ("ingest", "publish", "remove", "pull") for o in only):
+            _cycles(home, heads, reps, work, env, walls, ratios, rss)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"heads": heads, "walls": walls, "ratios": ratios, "rss": rss, "report_pss": pss,
             "spec_bytes": spec_bytes, "report_bytes": report_bytes}
+
+
+def _cycles(home: Path, heads: int, reps: int, work: Path, env: dict, walls: dict, ratios: dict, rss: dict) -> None:
+    """Ingest, report, publish, remove and pull one more model, ``reps`` times, on a fake Hub on loopback."""
+    from helpers.hub_server import FakeHub
+    from qkdb.ingest.capture.sniff_sample import sample_path
+
+    for name in CYCLE:
+        walls[name], ratios[name], rss[name] = [], [], []
+    with FakeHub(page_size=1000) as hub, sample_path() as sample:
+        hub_env = {**env, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(work / "hf-cache"), "HF_TOKEN": "hf_write_token",
+                   "HF_HUB_DISABLE_XET": "1"}  # (the fake speaks LFS, not Xet)
+        try:
+            for rep in range(reps):
+                for name, cmd in cycle_commands(work, sample, rep).items():
+                    u = timed(U, env).wall
+                    run = timed(cmd, hub_env)
+                    walls["u"].append(u)
+                    walls[name].append(run.wall)
+                    ratios[name].append(run.wall / u)
+                    rss[name].append(run.maxrss_mib)
+                timed(qkdb("remove", "-m", EXTRA), env)
+                log(f"  {heads:,} heads, cycle {rep + 1}: " + ", ".join(f"{k} {walls[k][-1]:.1f} s, {rss[k][-1]:.0f} MiB"
+                                                                       for k in CYCLE))
+        finally:
+            subprocess.run(qkdb("remove", "-m", EXTRA), env=env, capture_output=True)
+            subprocess.run(qkdb("report", "-o", str(work / "report.html")), env=env, capture_output=True)
 
 
 def summary(results: list[dict]) -> str:
@@ -303,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, nargs="+", default=list(SIZES), help="warehouse sizes (default 7000 28000 140000)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     ap.add_argument("--only", nargs="+", help="only the commands whose names start so (help, query, aggregate, "
-                    "views, models, info, findings, chart, report, refresh)")
+                    "views, models, info, findings, chart, report, refresh; ingest, publish, remove, pull: the "
+                    "cycle that changes the warehouse)")
     ap.add_argument("--json", type=Path, help="write every measurement to this file")
     ap.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -337,8 +337,9 @@ def _refresh(con: duckdb.DuckDBPyConnection, home: Path, folder: Path | None) ->
 
     # finding_inputs once, for both: its rows shadow the view on this connection only.
     intervals.snapshot_inputs(con, folder)
-    # The findings' measured values are computed meanwhile, on the other core.
-    with intervals.values_meanwhile(con) as values_ready:
+    # The findings' measured values are computed meanwhile, on the other core; with the snapshot
+    # in a file (a large warehouse), afterwards: the two at once are a refresh's peak memory.
+    with intervals.values_meanwhile(con, at_once=folder is None) as values_ready:
         table = intervals.compute(con)
         intervals.write(home, table)
         # Then the findings' rows with exactly those intervals.

@@ -138,9 +138,11 @@ def test_a_snapshot_is_its_connections_own_and_goes_when_released(tmp_path):
         other.close()
 
 
-def test_a_refresh_computing_the_values_meanwhile_gives_the_views_findings():
+@pytest.mark.parametrize("at_once", [True, False], ids=["meanwhile", "afterwards"])
+def test_a_refresh_computing_the_values_meanwhile_gives_the_views_findings(at_once):
     # What a publish's refresh does (the measured values on their own cursor while the intervals are
-    # resampled) against the findings view read whole on one connection: the same rows.
+    # resampled; in a large warehouse, afterwards) against the findings view read whole on one
+    # connection: the same rows.
     tables = build_tables()
     plain = make_connection(tables)
     plain.execute("set threads = 1")
@@ -149,7 +151,7 @@ def test_a_refresh_computing_the_values_meanwhile_gives_the_views_findings():
     con = make_connection(tables)
     con.execute("set threads = 1")
     intervals.snapshot_inputs(con)
-    with intervals.values_meanwhile(con) as ready:
+    with intervals.values_meanwhile(con, at_once=at_once) as ready:
         intervals.install(con, intervals.compute(con))
         ready()
         assert con.execute("select count(*) from duckdb_views() where temporary and view_name = 'finding_values'"
