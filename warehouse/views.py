@@ -287,7 +287,8 @@ def restrict_models(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> No
 
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # (the warehouse's model names: store.check_model_name)
-_MODEL_GLOB = re.compile(r"'([^']*)model=\{model\}([^']*)'")
+# (a SQL literal: a quote inside it is doubled, as a home's path may hold one)
+_MODEL_GLOB = re.compile(r"'((?:[^']|'')*)model=\{model\}((?:[^']|'')*)'")
 
 
 def _models_source(con: duckdb.DuckDBPyConnection, db: str, table: str, models: Sequence[str]) -> str | None:

@@ -824,3 +824,26 @@ def _read_rows(path, fmt: str) -> list[dict]:
     else:
         rows = pq.read_table(path).to_pylist()
     return [r for r in rows if r["status"] != "no data"]
+
+
+@pytest.mark.parametrize("where", ["home", "it's a home", "o''dd"])
+def test_a_restrictions_files_are_its_models_whatever_the_homes_path(tmp_path, where):
+    # The SQL the catalog keeps for one model's rows, made into several models' (a quote in the
+    # home's path is doubled in it: each model's literal must keep the whole path).
+    import duckdb
+
+    from qkdb.warehouse import catalog, views
+    from qkdb.warehouse.schema import TABLES
+
+    home = tmp_path / where
+    con = duckdb.connect()
+    con.execute("create table qkdb_meta (key varchar, value varchar)")
+    con.execute("insert into qkdb_meta values (?, ?)",
+                ["model_source.heads", catalog.table_view_sql(home, TABLES["heads"], catalog.MODEL_PLACEHOLDER)])
+    db = con.execute("select current_database()").fetchall()[0][0]
+    sql = views._models_source(con, db, "heads", ["m-b", "m-a"])
+    literal = lambda m: "'" + str(home / "heads" / f"model={m}" / "*.parquet").replace("'", "''") + "'"  # noqa: E731
+    assert f"{literal('m-a')}, {literal('m-b')}" in sql  # (in the order of the full view's glob)
+    assert sql.count("model=") == 2  # (nothing else is a model's file)
+    assert views._models_source(con, db, "heads", ["no'quote"]) is None  # (not a model name: the filter instead)
+    assert views._models_source(con, db, "pca", ["m-a"]) is None  # (no SQL kept for it)
