@@ -259,6 +259,16 @@ LABELS = {
 }
 
 
+def _time_one(name: str, cmd: list[str], env: dict, u_env: dict, walls: dict, ratios: dict, rss: dict) -> None:
+    """One run of ``cmd`` after one of the yardstick u: its wall time, its ratio to u, its peak RSS."""
+    u = timed(U, u_env).wall
+    run = timed(cmd, env)
+    walls["u"].append(u)
+    walls[name].append(run.wall)
+    ratios[name].append(run.wall / u)
+    rss[name].append(run.maxrss_mib)
+
+
 def run_size(home: Path, heads: int, reps: int, only: list[str] | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="qkdb-latency-"))
     env = {**os.environ, "QKDB_HOME": str(home)}
@@ -275,12 +285,7 @@ def run_size(home: Path, heads: int, reps: int, only: list[str] | None) -> dict:
         timed(qkdb("findings"), env)
         for rep in range(reps):
             for name, cmd in steps.items():
-                u = timed(U, env).wall
-                run = timed(cmd, env)
-                walls["u"].append(u)
-                walls[name].append(run.wall)
-                ratios[name].append(run.wall / u)
-                rss[name].append(run.maxrss_mib)
+                _time_one(name, cmd, env, env, walls, ratios, rss)
             log(f"  {heads:,} heads, repetition {rep + 1}: " + ", ".join(f"{k} {ratios[k][-1]:.1f}u" for k in steps))
         if "report" in steps:  # the report forks a helper: its tree's memory, sampled (slows it: not timed)
             for _ in range(min(3, reps)):
@@ -307,12 +312,7 @@ def _cycles(home: Path, heads: int, reps: int, work: Path, env: dict, walls: dic
         try:
             for rep in range(reps):
                 for name, cmd in cycle_commands(work, sample, rep).items():
-                    u = timed(U, env).wall
-                    run = timed(cmd, hub_env)
-                    walls["u"].append(u)
-                    walls[name].append(run.wall)
-                    ratios[name].append(run.wall / u)
-                    rss[name].append(run.maxrss_mib)
+                    _time_one(name, cmd, hub_env, env, walls, ratios, rss)
                 timed(qkdb("remove", "-m", EXTRA), env)
                 log(f"  {heads:,} heads, cycle {rep + 1}: " + ", ".join(f"{k} {walls[k][-1]:.1f} s, {rss[k][-1]:.0f} MiB"
                                                                        for k in CYCLE))

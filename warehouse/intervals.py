@@ -36,9 +36,9 @@ import datetime as dt
 import math
 import uuid
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -43,8 +43,13 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 MAX_MODEL_NAME = 200
 
 
+def is_model_name(model: str | None) -> bool:
+    """Whether ``model`` is a name the warehouse could hold (its partition folders' rule; not its length)."""
+    return bool(_MODEL_NAME.fullmatch(model or ""))
+
+
 def check_model_name(model: str) -> str:
-    if not _MODEL_NAME.fullmatch(model or ""):
+    if not is_model_name(model):
         raise WarehouseError(
             f"model name {model!r} is not usable as a partition: use letters, digits and . _ + -", kind="input"
         )

@@ -286,7 +286,6 @@ def restrict_models(con: duckdb.DuckDBPyConnection, models: Sequence[str]) -> No
     intervals.install(con)
 
 
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # (the warehouse's model names: store.check_model_name)
 # (a SQL literal: a quote inside it is doubled, as a home's path may hold one)
 _MODEL_GLOB = re.compile(r"'((?:[^']|'')*)model=\{model\}((?:[^']|'')*)'")
 
@@ -302,8 +301,10 @@ def _models_source(con: duckdb.DuckDBPyConnection, db: str, table: str, models: 
     """
     import duckdb
 
+    from qkdb.warehouse.store import is_model_name
+
     names = sorted(set(models))
-    if not names or not all(_MODEL_NAME.fullmatch(m) for m in names):
+    if not names or not all(is_model_name(m) for m in names):
         return None
     try:
         got = con.execute(f"select value from {_ident(db)}.main.qkdb_meta where key = ?",
