@@ -24,13 +24,11 @@ def _ingest(runner, dataset, *extra):
 def test_every_command_module_is_listed_and_every_listed_command_exists():
     import importlib
 
-    from qkdb.cli.app import COMMANDS
+    from qkdb.cli.app import COMMANDS, registered_names
 
     for module, _ in set(COMMANDS.values()):
         importlib.import_module(f"qkdb.cli.{module}")
-    registered = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
-    registered |= {g.name for g in app.registered_groups}
-    assert registered == set(COMMANDS)
+    assert registered_names() == set(COMMANDS)
     group = typer.main.get_command(app)
     for name, (_, summary) in COMMANDS.items():
         cmd = group.get_command(typer.Context(group), name)
@@ -475,3 +473,17 @@ def test_describe_an_unknown_name_is_not_found(runner, tmp_path):
     api.connect(tmp_path / "h", read_only=False).close()  # a warehouse (a writer creates it)
     out = runner.invoke(app, ["describe", "nope", "--home", str(tmp_path / "h")])
     assert out.exit_code == EXIT_CODES["not_found"] and "no table or view named 'nope'" in out.stderr
+
+
+def test_a_process_that_runs_the_cli_again_builds_each_command_once(runner, home):
+    """Typer builds the root group again at every run: a command built once is not built with it again."""
+    from qkdb.cli.app import _load
+
+    first = runner.invoke(app, ["models", "--format", "csv"])
+    assert first.exit_code == 0, first.stderr
+    built = _load("models")["models"]
+    root = typer.main.get_command(app)
+    assert "models" not in root.commands  # (taken from the module's build, not made again)
+    assert root.get_command(typer.Context(root), "models") is built
+    again = runner.invoke(app, ["models", "--format", "csv"])
+    assert (again.exit_code, again.stdout, again.stderr) == (0, first.stdout, first.stderr)
