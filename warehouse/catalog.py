@@ -340,6 +340,8 @@ def _refresh(con: duckdb.DuckDBPyConnection, home: Path, folder: Path | None) ->
     # So do the few small views both read besides it (read once each either way): planned inside
     # the findings view they were 0.15 of its 0.22 s on a small warehouse, at every ingest.
     for view in _FROZEN:
+        # (dropped first: a refresh past its memory cap runs again on the same connection)
+        con.execute(f'drop table if exists temp.main."{view}"')
         con.execute(f'create temp table "{view}" as select * from "{view}"')
     # The findings' measured values are computed meanwhile, on the other core; with the snapshot
     # in a file (a large warehouse), afterwards: the two at once are a refresh's peak memory.

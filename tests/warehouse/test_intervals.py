@@ -416,3 +416,27 @@ def test_the_sums_columns_are_duckdbs_own_values_with_each_string_one_object(whe
         assert a.tolist() == b.tolist() and a.dtype == b.dtype, name
     if not where:
         assert ours["s"][0] is ours["s"][2]  # (one object for each distinct string)
+
+
+def test_a_refresh_run_again_on_its_connection_stores_the_same_findings(tmp_path):
+    # Past its memory cap a refresh runs again on the same connection (catalog.refresh_intervals):
+    # what it kept for the first run (its snapshot, the small views it keeps as tables) is made anew.
+    import pyarrow.parquet as pq
+
+    import qkdb
+    from qkdb.warehouse import catalog
+
+    from helpers.datasets import make_dataset
+
+    home = tmp_path / "home"
+    qkdb.ingest(make_dataset(tmp_path / "ds"), "toy", home=home, workers=1, family="Toy", gqa_ratio=2, n_layers=2)
+    once = pq.read_table(home / "finding_results" / "data.parquet")
+    con = catalog.open_catalog(home, read_only=True)
+    try:
+        catalog._refresh(con, home, None)
+        catalog._refresh(con, home, None)
+        kept = {r[0] for r in con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    finally:
+        con.close()
+    assert set(catalog._FROZEN) <= kept
+    assert pq.read_table(home / "finding_results" / "data.parquet").equals(once)
