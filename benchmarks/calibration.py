@@ -463,6 +463,13 @@ def method_kind(method: str) -> str:
     return method.split(" ")[0]
 
 
+_SIZES = ("D", "VECTORS", "TRUTH_VECTORS", "TRUTH_HEADS", "PLASTICITY")
+
+
+def _set_sizes(sizes: dict) -> None:
+    globals().update(sizes)
+
+
 def run(names: list[str], reps: int, workers: int, scheme: str | None = None) -> dict[str, dict[str, Tally]]:
     truths = {name: truth_of(name) for name in names}  # (in order: a shared truth is computed once)
     tasks = [(name, rep, scheme) for name in names for rep in range(reps)]
@@ -471,7 +478,10 @@ def run(names: list[str], reps: int, workers: int, scheme: str | None = None) ->
     if workers > 1:
         import multiprocessing as mp
 
-        pool = mp.get_context("forkserver").Pool(workers)
+        # (a forkserver worker imports this module afresh: it is given the sizes --quick set here, or its
+        # replications would be the full run's, against the quick truths)
+        sizes = {k: globals()[k] for k in _SIZES}
+        pool = mp.get_context("forkserver").Pool(workers, initializer=_set_sizes, initargs=(sizes,))
         results = pool.imap_unordered(replicate, tasks)
     else:
         pool, results = None, map(replicate, tasks)
