@@ -464,10 +464,24 @@ def method_kind(method: str) -> str:
 
 
 _SIZES = ("D", "VECTORS", "TRUTH_VECTORS", "TRUTH_HEADS", "PLASTICITY")
+# --quick: small models, small truths, no plasticity (see PLASTICITY)
+QUICK = {"D": 16, "VECTORS": 256, "TRUTH_VECTORS": 1024, "TRUTH_HEADS": 1024, "PLASTICITY": False}
 
 
 def _set_sizes(sizes: dict) -> None:
     globals().update(sizes)
+
+
+def pool(workers: int):
+    """A pool of ``workers`` processes that replicate at this process's sizes (those ``--quick`` set, if it did).
+
+    (A forkserver worker imports this module afresh: without the sizes handed over, its replications
+    would be the full run's models, checked against the quick truths.)
+    """
+    import multiprocessing as mp
+
+    sizes = {k: globals()[k] for k in _SIZES}
+    return mp.get_context("forkserver").Pool(workers, initializer=_set_sizes, initargs=(sizes,))
 
 
 def run(names: list[str], reps: int, workers: int, scheme: str | None = None) -> dict[str, dict[str, Tally]]:
@@ -476,15 +490,10 @@ def run(names: list[str], reps: int, workers: int, scheme: str | None = None) ->
     tallies: dict[str, dict[str, Tally]] = {name: {} for name in names}
     t0 = time.perf_counter()
     if workers > 1:
-        import multiprocessing as mp
-
-        # (a forkserver worker imports this module afresh: it is given the sizes --quick set here, or its
-        # replications would be the full run's, against the quick truths)
-        sizes = {k: globals()[k] for k in _SIZES}
-        pool = mp.get_context("forkserver").Pool(workers, initializer=_set_sizes, initargs=(sizes,))
-        results = pool.imap_unordered(replicate, tasks)
+        workers_pool = pool(workers)
+        results = workers_pool.imap_unordered(replicate, tasks)
     else:
-        pool, results = None, map(replicate, tasks)
+        workers_pool, results = None, map(replicate, tasks)
     try:
         for done, (name, rep, _, rows) in enumerate(results, 1):
             truth_here = subset_truth(name, rep) if settings()[name].layer_subset else truths[name]
@@ -496,8 +505,8 @@ def run(names: list[str], reps: int, workers: int, scheme: str | None = None) ->
             if done % 10 == 0 or done == len(tasks):
                 log(f"  {done}/{len(tasks)} replications, {time.perf_counter() - t0:.0f} s")
     finally:
-        if pool is not None:
-            pool.close()
+        if workers_pool is not None:
+            workers_pool.close()
     return tallies
 
 
@@ -591,8 +600,6 @@ def bias_table(reps: int, dims=(32, 64), counts=(256, 512, 1024, 2048, 4096), re
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    global D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS, PLASTICITY
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=40, help="replications per setting (default 40)")
     ap.add_argument("--settings", nargs="+", help="only these settings (default: all)")
@@ -606,8 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, help="where the truths are kept (default: the user cache dir)")
     args = ap.parse_args(argv)
     if args.quick:
-        D, VECTORS, TRUTH_VECTORS, TRUTH_HEADS = 16, 256, 1024, 1024
-        PLASTICITY = False
+        _set_sizes(QUICK)
         args.reps = min(args.reps, 4)
         args.settings = args.settings or ["gqa", "layers", "pooled-3"]
     if args.cache is not None:
