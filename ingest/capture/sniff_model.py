@@ -291,7 +291,9 @@ def origin(ref: ModelRef, hf_model: str | None) -> tuple[str, str | None]:
         return hf_model or ref.hub_id, ref.revision or "main"
     src = Path(ref.gguf if ref.gguf is not None else ref.model_path)
     repo, rev = _hub_cache_origin(src.parent if ref.gguf is not None else src)
-    if repo is None and ref.gguf is not None:
+    # (the file's own word only when no repo is given: it would change nothing then, and gguf reads
+    # every field of the file to give it, ~3.5 s for SmolLM2-135M's 49k-token vocabulary)
+    if repo is None and ref.gguf is not None and hf_model is None:
         repo = _gguf_origin(src)
     if hf_model is not None and hf_model != repo:
         rev = None  # the cache's snapshot is a revision of another repo than the one given

@@ -177,3 +177,32 @@ def test_a_jsonl_corpus_reads_strings_and_text_fields_and_names_the_line_it_cann
         list(texts._jsonl_documents(bad, "text"))
     with pytest.raises(SniffError, match=r"^acme/texts@main/train\.jsonl:2: not valid JSON"):
         list(texts.json_lines(bad, "acme/texts@main/train.jsonl"))
+
+
+def _gguf_from(path, **strings):
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(path, "llama")
+    for key, value in strings.items():
+        writer.add_string(key.replace("_", "."), value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.sniff
+def test_a_gguf_files_origin_is_its_own_word_unless_a_repo_is_given(tmp_path):
+    pytest.importorskip("gguf")
+    from qkdb.ingest.capture.sniff_model import ModelRef, origin
+
+    said = _gguf_from(tmp_path / "said.gguf", general_source_huggingface_repository="org/said")
+    by_url = _gguf_from(tmp_path / "url.gguf", general_source_url="https://huggingface.co/org/url-model")
+    silent = _gguf_from(tmp_path / "silent.gguf", general_name="x")
+    assert origin(ModelRef(gguf=str(said)), None) == ("org/said", None)
+    assert origin(ModelRef(gguf=str(by_url)), None) == ("org/url-model", None)
+    assert origin(ModelRef(gguf=str(silent)), None) == ("silent.gguf", None)  # the file's name, never a path
+    # A repo given wins, with the revision given (none: a local file's repo has no revision here)
+    assert origin(ModelRef(gguf=str(said)), "org/given") == ("org/given", None)
+    assert origin(ModelRef(gguf=str(said), revision="v2"), "org/given") == ("org/given", "v2")
