@@ -463,9 +463,9 @@ def method_kind(method: str) -> str:
     return method.split(" ")[0]
 
 
-_SIZES = ("D", "VECTORS", "TRUTH_VECTORS", "TRUTH_HEADS", "PLASTICITY")
 # --quick: small models, small truths, no plasticity (see PLASTICITY)
 QUICK = {"D": 16, "VECTORS": 256, "TRUTH_VECTORS": 1024, "TRUTH_HEADS": 1024, "PLASTICITY": False}
+_SIZES = tuple(QUICK)  # (the module's sizes: those --quick sets, handed to pool workers)
 
 
 def _set_sizes(sizes: dict) -> None:
