@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,20 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "user-data"))
     monkeypatch.delenv("QKDB_DEBUG", raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def _vector_math_settled():
+    """The tests' own torch computations (the eager references) settle oneMKL as a capture does.
+
+    A reference computed by a worker's first, multi-threaded cos/sin could be wrong on some CPUs
+    (ingest/capture/vector_math.py). Every test file that uses torch imports it when collected.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        from qkdb.ingest.capture import vector_math
+
+        vector_math.settle(torch)
 
 
 @pytest.fixture

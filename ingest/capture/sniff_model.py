@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkdb.errors import SniffError
+from qkdb.ingest.capture import vector_math
 from qkdb.ingest.capture.plan import value_range
 from qkdb.ingest.capture.sniff_recorder import PositionScaling
 from qkdb.ingest.sources import registry
@@ -123,6 +124,8 @@ def import_backend():
         raise SniffError(
             f"transformers {transformers.__version__} is too old for qkdb sniff (needs 5.x): {INSTALL_HINT}"
         )
+    # before any model computes: the first call of each vector math function must be single-threaded
+    vector_math.settle(torch)
     return torch, transformers
 
 
