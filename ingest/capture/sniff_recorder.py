@@ -700,13 +700,15 @@ class Recorder:
                   for kind, variants in mat.pre.items()}
         try:
             state = self.rope.get(layer)
+            searched: dict = {}
             if state is None:
                 keys = None if mat.keys is None else _ensure_numpy(mat.keys)
-                state = self.rope[layer] = self._establish(layer, cs, rows, keys, ts)
+                state, searched = self._establish(layer, cs, rows, keys, ts)
+                self.rope[layer] = state
             else:
                 self._same_rope(layer, state, cs, ts)
             for (kind, head), obs in rows.items():
-                self._check_row(layer, head, kind, obs, state, cs, ts)
+                self._check_row(layer, head, kind, obs, state, cs, ts, searched.get((kind, head)))
         finally:
             ts.pre = {}
 
@@ -719,8 +721,10 @@ class Recorder:
             return None
         return variants[variant]
 
-    def _establish(self, layer: int, cs, rows: dict, keys, ts: _TextState) -> LayerRope:
-        """The layer's rotation, frequencies and amplitude, from its cos/sin and the rows of this text."""
+    def _establish(self, layer: int, cs, rows: dict, keys, ts: _TextState) -> tuple[LayerRope, dict]:
+        """The layer's rotation, frequencies and amplitude, from its cos/sin and the rows of this text; and
+        each sampled head's relative difference under the rotation found ({(kind, head): diff}, which the
+        search computed on the very rows the check compares: it need not compute them again)."""
         state = LayerRope(rotation=None, cos_sin=cs if isinstance(cs, CosSin) else None)
         if isinstance(cs, CosSin):
             if cs.dims > self.d:
@@ -734,27 +738,30 @@ class Recorder:
         if sources.reason is not None:
             state.reason = sources.reason
             self.unchecked[layer] = sources.reason
-            return state
+            return state, {}
         rotations = candidates(self.d, cs.dims) if isinstance(cs, CosSin) else [NO_ROTATION]
-        found, best = self._search(layer, rotations, cs, rows, ts)
+        found, best, diffs = self._search(layer, rotations, cs, rows, ts)
         common = [r for r in found["q"] if any(r.same_planes(o) for o in found["k"])]
         distinct = [r for i, r in enumerate(common) if not any(r.same_planes(o) for o in common[:i])]
         if len(distinct) == 1:
             rot = distinct[0]
             state.rotation = rot
+            searched = {}
             for kind in ("q", "k"):
-                v = next(v for r, v in found[kind].items() if r.same_planes(rot))
+                r, v = next((r, v) for r, v in found[kind].items() if r.same_planes(rot))
                 state.variants[kind] = v
                 state.labels[kind] = sources.variants[kind][v][0]
+                if r == rot:  # (the check rotates with ``rot``: only its own differences stand in for it)
+                    searched.update({(kind, head): diff for head, diff in diffs[(kind, r, v)].items()})
             if rot.pairing is not None and self.n_kv > 1 and keys is not None:
                 part = keys[:, :, rot.offset:rot.offset + rot.dims]
                 state.shared_key = bool(np.array_equal(part, np.broadcast_to(part[:1], part.shape)))
             self._same_layout(layer, rot)
-            return state
+            return state, searched
         if not best:  # no variant gave rows of the heads' shape
             state.reason = "its projection outputs were not seen or do not split into the heads attention receives"
             self.unchecked[layer] = state.reason
-            return state
+            return state, {}
         if not common and found["q"] and found["k"]:
             why = (f"layer {layer}: its queries are reproduced by {next(iter(found['q'])).describe()} and its keys by "
                    f"{next(iter(found['k'])).describe()}: qkdb sniff records one RoPE layout per layer")
@@ -764,14 +771,14 @@ class Recorder:
         elif "q" not in best or "k" not in best:
             state.reason = "its projection outputs were not seen or do not split into the heads attention receives"
             self.unchecked[layer] = state.reason
-            return state
+            return state, {}
         else:
             kind = "q" if best["q"][0] > self.tolerance else "k"
             why = self._explain(layer, cs, kind, best[kind], rows, ts)
         if self.check:
             raise SniffError(why + HINT)
         state.reason = f"on the first text, {why.split(': ', 1)[-1]}"
-        return state
+        return state, {}
 
     def _same_layout(self, layer: int, rot: Rotation) -> None:
         """Refuse layers that rotate in different layouts (no known model does; one record could not say it)."""
@@ -785,6 +792,7 @@ class Recorder:
         """Per kind, the rotations (with the variant) that reproduce every sampled head's rows; and the closest miss."""
         found: dict[str, dict[Rotation, int]] = {"q": {}, "k": {}}
         best: dict[str, tuple] = {}
+        diffs: dict[tuple[str, Rotation, int], dict[int, float]] = {}
         for kind in ("q", "k"):
             heads = self.by_layer[layer][kind]
             for v in range(len(self._sources[layer].variants[kind])):
@@ -793,21 +801,27 @@ class Recorder:
                     continue
                 for rot in rotations:
                     worst = (-1.0, None)
+                    per_head = {}
                     for head in heads:
                         if (kind, head) not in rows:
                             continue
                         idx, at, raw, y = rows[(kind, head)]
                         expected = rot.apply(pre[head][at], cs.cos[at], cs.sin[at]) if rot.pairing else pre[head][at]
-                        diff = relative_difference(y, expected)
+                        diff = per_head[head] = relative_difference(y, expected)
                         if diff > worst[0]:
                             worst = (diff, head)
+                        if diff > self.tolerance:
+                            # a layout that misses one head is not the layer's: the other heads cannot
+                            # change that (the closest miss is ranked by the first head it misses)
+                            break
                     if worst[1] is None:
                         continue
                     if worst[0] <= self.tolerance:
                         found[kind].setdefault(rot, v)
+                        diffs.setdefault((kind, rot, v), per_head)
                     if kind not in best or worst[0] < best[kind][0]:
                         best[kind] = (worst[0], worst[1], rot, v)
-        return found, best
+        return found, best, diffs
 
     def _same_rope(self, layer: int, state: LayerRope, cs, ts: _TextState) -> None:
         """Refuse a later text whose cos/sin carry other frequencies or another amplitude than the first's."""
@@ -834,20 +848,26 @@ class Recorder:
 
     # -- per row --------------------------------------------------------------------------------
 
-    def _check_row(self, layer: int, head: int, kind: str, obs, state: LayerRope, cs, ts: _TextState) -> None:
+    def _check_row(self, layer: int, head: int, kind: str, obs, state: LayerRope, cs, ts: _TextState,
+                   searched: float | None = None) -> None:
+        """Compare a head's rows with its projection under the layer's rotation (``searched``: the
+        difference the establishing search already computed for exactly these rows)."""
         idx, at, raw, y = obs
         rot = state.rotation
         if not (self.check and rot is not None and layer not in self.unchecked) or len(idx) == 0:
             return
-        pre = self._pre_rows(ts, kind, state.variants[kind])
-        if pre is None:
-            self.unchecked[layer] = "its projection output was not seen"
-            return
-        if rot.pairing:
-            expected = rot.apply(pre[head][at], cs.cos[at], cs.sin[at])
+        if searched is not None:
+            diff = searched
         else:
-            expected = pre[head][at]
-        diff = relative_difference(y, expected)
+            pre = self._pre_rows(ts, kind, state.variants[kind])
+            if pre is None:
+                self.unchecked[layer] = "its projection output was not seen"
+                return
+            if rot.pairing:
+                expected = rot.apply(pre[head][at], cs.cos[at], cs.sin[at])
+            else:
+                expected = pre[head][at]
+            diff = relative_difference(y, expected)
         if diff > self.tolerance:
             miss = (diff, head, rot, state.variants[kind])
             raise SniffError(self._explain(layer, cs, kind, miss, {(kind, head): obs}, ts) + HINT)

@@ -121,6 +121,22 @@ def test_metadata_records_the_model_and_capture(captured):
     assert cap["texts"]["n_texts"] == 3 and cap["q_heads"] == 5 and cap["qkdb_version"]
 
 
+def test_the_first_text_is_checked_with_the_differences_its_search_computed(tiny_model, tmp_path):
+    """The text that establishes each layer's RoPE is checked with the differences the layout search
+    computed on its rows, not computed twice: the same text again, every row checked afresh, finds
+    exactly the same largest difference, and it is a float32 capture's rounding, not zero."""
+    folder, _ = tiny_model
+    doc = json.dumps({"text": texts.pydoc_documents()[41]}) + "\n"
+    corpus = tmp_path / "twice.jsonl"
+    corpus.write_text(doc + doc)
+    every = dict(pack=False, max_length=64, check_rows=None, min_bucket_size=8)
+    once = _sniff((folder, corpus), tmp_path / "once", n_texts=1, vectors_per_head=64, **every)
+    twice = _sniff((folder, corpus), tmp_path / "twice", n_texts=2, vectors_per_head=128, **every)
+    check_once, check_twice = (read_metadata(r.out)["capture"]["check"] for r in (once, twice))
+    assert check_twice["rows_checked"] == 2 * check_once["rows_checked"] > 0
+    assert 0 < check_once["max_relative_difference"] == check_twice["max_relative_difference"] < 1e-5
+
+
 def test_same_seed_same_files_and_float16_storage(tiny_model, captured, tmp_path):
     _, out = captured
     again = _sniff(tiny_model, tmp_path / "again", dtype="float16")
