@@ -30,15 +30,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _BLOCK = 8 << 20
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, read in blocks (memory stays at one block whatever its size)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def weight_files(folder: str | os.PathLike) -> list[Path]:
     """The weight files of a model folder (its top level, as transformers reads it), in name order."""
     folder = Path(folder)
@@ -101,46 +92,64 @@ def safetensors_tensors(path: str | os.PathLike) -> list[tuple[str, str, tuple[i
     return out
 
 
-def tensors_sha256(paths: list[Path]) -> str | None:
-    """One hash of what the weights *are*, however they are split into files: sha256 over
-    ``name<TAB>dtype<TAB>shape<TAB>sha256(bytes)`` lines in tensor-name order. None unless every
-    file is safetensors (a pickle's tensors cannot be read without unpickling it)."""
-    tensors = []
-    for p in paths:
-        found = safetensors_tensors(p)
-        if found is None:
-            return None
-        tensors.extend((name, dtype, shape, p, start, end) for name, dtype, shape, start, end in found)
-    lines = []
-    for name, dtype, shape, p, start, end in sorted(tensors, key=lambda t: t[0]):
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            f.seek(start)
-            left = end - start
-            while left and (block := f.read(min(_BLOCK, left))):
-                h.update(block)
-                left -= len(block)
-        lines.append(f"{name}\t{dtype}\t{list(shape)}\t{h.hexdigest()}\n")
-    return hashlib.sha256("".join(lines).encode()).hexdigest()
+def _read_hashes(path: Path, whole: bool, tensors: list | None) -> tuple[str | None, dict[str, str]]:
+    """In one read of ``path``: the sha256 of its bytes (when ``whole``) and of each tensor's byte range
+    (``tensors``: :func:`safetensors_tensors`' entries). Ranges are fed from the blocks as they pass,
+    so a weight file is read once whatever is asked of it."""
+    ranges = sorted(((start, end, name) for name, _, _, start, end in tensors or []))
+    hashers = {name: hashlib.sha256() for _, _, name in ranges}
+    whole_h = hashlib.sha256() if whole else None
+    last = max((end for _, end, _ in ranges), default=0)
+    first = 0  # ranges before this index end before the current block
+    pos = 0
+    with open(path, "rb") as f:
+        while whole_h is not None or pos < last:
+            block = f.read(_BLOCK)
+            if not block:
+                break
+            if whole_h is not None:
+                whole_h.update(block)
+            view, stop = memoryview(block), pos + len(block)
+            while first < len(ranges) and ranges[first][1] <= pos:
+                first += 1
+            for start, end, name in ranges[first:]:
+                if start >= stop:
+                    break  # (sorted by start: no later range reaches into this block)
+                if end > pos:
+                    hashers[name].update(view[max(start, pos) - pos:min(end, stop) - pos])
+            pos = stop
+    return (whole_h.hexdigest() if whole_h is not None else None), {n: h.hexdigest() for n, h in hashers.items()}
+
+
+def _tensor_lines(entries: list[tuple[str, str, tuple, str]]) -> str:
+    """sha256 over ``name<TAB>dtype<TAB>shape<TAB>sha256(bytes)`` lines in tensor-name order."""
+    lines = "".join(f"{name}\t{dtype}\t{list(shape)}\t{sha}\n" for name, dtype, shape, sha in sorted(entries))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def weights_record(where: str | os.PathLike) -> dict | None:
     """``{"weights_sha256", "weights_hashed", "weight_files": {name: {"sha256", "from"}}}`` of a model
     folder or a single weight file; None when it holds no weight file.
 
-    ``weights_sha256`` is over the tensors (:func:`tensors_sha256`: the same checkpoint saved in one
-    file or in six shards hashes alike) where the weights are safetensors, ``weights_hashed``
-    ``"tensors"``; else over the files (:func:`combined_sha256`), ``"files"``. Each file's own sha256
+    ``weights_sha256`` is over the tensors where the weights are safetensors (sha256 over
+    ``name<TAB>dtype<TAB>shape<TAB>sha256(bytes)`` lines in tensor-name order: the same checkpoint saved
+    in one file or in six shards hashes alike), ``weights_hashed`` ``"tensors"``; else over the files (:func:`combined_sha256`), ``"files"``. Each file's own sha256
     is kept in ``weight_files`` (``from``: ``"lfs oid"``, the Hub's, or ``"hashed"``).
     """
     where = Path(where)
     paths = [where] if where.is_file() else weight_files(where)
     if not paths:
         return None
-    files = {}
-    for p in paths:
+    found = [safetensors_tensors(p) for p in paths]
+    by_tensor = all(t is not None for t in found)
+    files, entries = {}, []
+    for p, tensors in zip(paths, found):
         oid = lfs_oid(p)
-        files[p.name] = {"sha256": oid or file_sha256(p), "from": "lfs oid" if oid else "hashed"}
-    by_tensor = tensors_sha256(paths)
-    return {"weights_sha256": by_tensor or combined_sha256({n: f["sha256"] for n, f in files.items()}),
+        # one read per file for both hashes (its own, unless the Hub named it, and its tensors')
+        whole, hashes = _read_hashes(p, whole=oid is None, tensors=tensors if by_tensor else None)
+        files[p.name] = {"sha256": oid or whole, "from": "lfs oid" if oid else "hashed"}
+        if by_tensor:
+            entries.extend((name, dtype, shape, hashes[name]) for name, dtype, shape, _, _ in tensors)
+    return {"weights_sha256": _tensor_lines(entries) if by_tensor else
+            combined_sha256({n: f["sha256"] for n, f in files.items()}),
             "weights_hashed": "tensors" if by_tensor else "files", "weight_files": files}

@@ -137,26 +137,59 @@ def test_combined_hash_is_over_names_and_file_hashes(tmp_path):
     assert json.dumps(rec)  # (JSON, as qkdb_dataset.json holds it)
 
 
+def save_file(tensors: dict, path: str) -> None:
+    """A safetensors file as its specification lays it out (the safetensors package is in the sniff
+    extra only): 8 bytes of header length, the JSON header, then the tensors' bytes, 8-aligned."""
+    import numpy as np
+
+    dtypes = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int16): "I16"}
+    header, chunks, at = {}, [], 0
+    for name, a in tensors.items():
+        raw = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dtypes[a.dtype], "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
+        chunks.append(raw)
+        at += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+
+
+def _definition(tensors: dict) -> str:
+    """``weights_sha256`` from its definition, from the arrays themselves."""
+    import numpy as np
+
+    names = {np.float32: "F32", np.float16: "F16", np.int16: "I16"}
+    lines = "".join(f"{n}\t{names[tensors[n].dtype.type]}\t{list(tensors[n].shape)}\t"
+                    f"{hashlib.sha256(tensors[n].tobytes()).hexdigest()}\n" for n in sorted(tensors))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def test_one_read_gives_the_files_and_the_tensors_hashes_whatever_the_block_size(tmp_path, monkeypatch):
+    # A file is read once for its own hash and its tensors'; tensors straddle the read blocks here,
+    # one is empty, and the last block ends inside the file's last tensor.
+    import numpy as np
+
+    from qkdb.ingest.capture import weights
+
+    rng = np.random.default_rng(1)
+    tensors = {"b.w": rng.normal(size=(5, 3)).astype(np.float32), "a.empty": np.zeros(0, np.float16),
+               "c.w": rng.normal(size=(13,)).astype(np.float16)}
+    (tmp_path / "m").mkdir()
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    whole = hashlib.sha256((tmp_path / "m" / "model.safetensors").read_bytes()).hexdigest()
+    for block in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(weights, "_BLOCK", block)
+        rec = weights.weights_record(tmp_path / "m")
+        assert rec["weights_sha256"] == _definition(tensors) and rec["weights_hashed"] == "tensors", block
+        assert rec["weight_files"]["model.safetensors"] == {"sha256": whole, "from": "hashed"}
+
+
 def test_one_checkpoint_in_one_file_or_in_shards_hashes_alike(tmp_path):
     # issue 47: saved whole and in shards, one checkpoint had two weights_sha256, so a series took it twice.
     import numpy as np
 
     from qkdb.ingest.capture.weights import weights_record
-
-    def save_file(tensors: dict, path: str) -> None:
-        """A safetensors file as its specification lays it out (the safetensors package is in the sniff
-        extra only): 8 bytes of header length, the JSON header, then the tensors' bytes, 8-aligned."""
-        dtypes = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int16): "I16"}
-        header, chunks, at = {}, [], 0
-        for name, a in tensors.items():
-            raw = np.ascontiguousarray(a).tobytes()
-            header[name] = {"dtype": dtypes[a.dtype], "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
-            chunks.append(raw)
-            at += len(raw)
-        text = json.dumps(header).encode()
-        text += b" " * (-len(text) % 8)
-        with open(path, "wb") as f:
-            f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
 
     rng = np.random.default_rng(0)
     tensors = {f"model.layers.{i}.w": rng.normal(size=(8, 4)).astype(np.float32) for i in range(6)}
@@ -180,6 +213,4 @@ def test_one_checkpoint_in_one_file_or_in_shards_hashes_alike(tmp_path):
     save_file({**tensors, "lm_head.weight": tensors["lm_head.weight"].view(np.int16)}, str(changed / "model.safetensors"))
     assert weights_record(changed)["weights_sha256"] != a["weights_sha256"]
     # Independently: the definition, from the tensors themselves.
-    lines = "".join(f"{n}\t{ {np.float32: 'F32', np.float16: 'F16'}[tensors[n].dtype.type]}\t{list(tensors[n].shape)}\t"
-                    f"{hashlib.sha256(tensors[n].tobytes()).hexdigest()}\n" for n in sorted(tensors))
-    assert a["weights_sha256"] == hashlib.sha256(lines.encode()).hexdigest()
+    assert a["weights_sha256"] == _definition(tensors)
