@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import platform
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -521,12 +522,39 @@ def run(prep: Prepared, progress: Progress | None = None) -> SniffResult:
         raise
 
 
+class _Background:
+    """``fn(*args)`` in a thread of its own; :meth:`result` waits for it and raises what it raised.
+
+    A daemon thread: a capture that fails does not wait, at exit, for a result nobody will read.
+    """
+
+    def __init__(self, fn, *args):
+        self._value, self._error = None, None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True, name="qkdb-sniff-background")
+        self._thread.start()
+
+    def _run(self, fn, args) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # (re-raised in the caller's thread by result())
+            self._error = exc
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bool, progress, t0: float):
     options, plan, torch, transformers = prep.options, prep.plan, prep.torch, prep.transformers
     out = Path(options.out)
     t_load = time.perf_counter()
     progress("load", what=prep.what)
     model = load_model(prep.ref, prep.device, transformers)
+    # The weights' sha256 is read from disk while the texts run, not after them (every byte of the
+    # weights hashed: seconds for a billion parameters).
+    weights_hash = _Background(weights_of, prep.ref)
     # the loaded model's config is the one that counts (a GGUF's is built while loading)
     facts = same_facts(prep.facts, model_facts(model.config), prep.what)
     if prep.cls is None:
@@ -616,7 +644,7 @@ def _capture(prep: Prepared, partial: PartialCapture, done: int, replace_out: bo
     rope = rope_facts(recorder, facts.n_layers, facts.nope_layers, facts.rope_parameters,
                       [len(w) for w in prep.windows])
     notes = list(prep.notes) + _check_notes(check, facts, options, rope)
-    metadata = _assemble(prep, partial, recorder, facts, check, rope, model, replace_out, progress)
+    metadata = _assemble(prep, partial, recorder, facts, check, rope, model, replace_out, progress, weights_hash)
     t_end = time.perf_counter()
     timings = {"prepare": prep.seconds, "load": t_forward - t_load, "forward": t_assemble - t_forward,
                "assemble": t_end - t_assemble, "tokens": tokens_run}
@@ -664,7 +692,7 @@ def _same_as_stored(stored: np.ndarray, block: np.ndarray, tolerance: float, out
 
 
 def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, rope, model, replace_out: bool,
-              progress) -> dict:
+              progress, weights_hash: _Background) -> dict:
     """Write every head file from the texts' rows (one file's rows in memory at a time), the metadata; publish."""
     plan, options = prep.plan, prep.options
     build = partial.build_folder()
@@ -703,7 +731,7 @@ def _assemble(prep: Prepared, partial: PartialCapture, recorder, facts, check, r
     del blocks
     positions = [p for p in plan.positions.values() if len(p)]
     max_position = int(max(p.max() for p in positions)) if positions else None
-    metadata = _metadata(prep, facts, check, rope, max_position, recorder, model)
+    metadata = _metadata(prep, facts, check, rope, max_position, recorder, model, weights_hash.result())
     if with_lse:
         metadata["capture"]["normaliser"] = normaliser_record(recorder, max_position)
     write_metadata(build, metadata)
@@ -759,7 +787,8 @@ def _versions(backend_name: str) -> dict:
     return out
 
 
-def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, recorder, model) -> dict:
+def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, recorder, model,
+              weights_record: dict) -> dict:
     options, plan = prep.options, prep.plan
     ref = prep.ref
     if ref.gguf is not None:
@@ -769,7 +798,7 @@ def _metadata(prep: Prepared, facts: ModelFacts, check, rope, max_position, reco
     else:
         weights = {"model_path": str(Path(ref.model_path).resolve())}
     # (the checkpoint's identity: a series whose entries share it is refused at ingest)
-    weights.update(weights_of(ref))
+    weights.update(weights_record)
     hf_model, revision = origin(ref, options.hf_model)
     top = rope.top
     positions = ({"policy": "dense" if options.dense else options.positions,

@@ -206,3 +206,32 @@ def test_a_gguf_files_origin_is_its_own_word_unless_a_repo_is_given(tmp_path):
     # A repo given wins, with the revision given (none: a local file's repo has no revision here)
     assert origin(ModelRef(gguf=str(said)), "org/given") == ("org/given", None)
     assert origin(ModelRef(gguf=str(said), revision="v2"), "org/given") == ("org/given", "v2")
+
+
+# --------------------------------------------------------------------------- work beside the forward passes
+
+
+def test_the_weights_hash_runs_beside_the_capture_and_its_result_or_error_reaches_the_caller():
+    import threading
+
+    from qkdb.ingest.capture.sniff import _Background
+
+    started, release = threading.Event(), threading.Event()
+
+    def hashing(x):
+        started.set()
+        release.wait(10)
+        return x * 2
+
+    job = _Background(hashing, 21)
+    assert started.wait(10) and job._thread.is_alive()  # running while the caller goes on
+    release.set()
+    assert job.result() == 42
+    # (a daemon: a capture that fails does not wait at exit for a hash nobody reads)
+    assert job._thread.daemon
+
+    def unreadable():
+        raise OSError("model.safetensors: permission denied")
+
+    with pytest.raises(OSError, match="permission denied"):
+        _Background(unreadable).result()
