@@ -65,23 +65,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that ``path`` holds either nothing (or its old bytes) or all of them."""
+def write_atomic(path: Path, data: bytes | np.ndarray) -> None:
+    """Write ``data`` (bytes, or an array as .npy) to ``path`` so that ``path`` holds either nothing (or its
+    old bytes) or all of them."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
-        fh.write(data)
+        if isinstance(data, np.ndarray):
+            # straight from the array, not through a bytes copy first (~0.1 s of a text's 190 MB of
+            # rows, SmolLM2 at every position)
+            np.save(fh, np.ascontiguousarray(data), allow_pickle=False)
+        else:
+            fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
-
-
-def _npy_bytes(block: np.ndarray) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(block), allow_pickle=False)
-    return buf.getvalue()
 
 
 class PartialCapture:
@@ -141,8 +139,8 @@ class PartialCapture:
         """Store one text's rows (and its query rows' normalisers) and statistics; complete once this returns."""
         rows, meta = self._names(text)
         if lse is not None:  # (before the rows: a text is complete once its rows and .json are there)
-            write_atomic(self._lse_name(text), _npy_bytes(lse))
-        write_atomic(rows, _npy_bytes(block))
+            write_atomic(self._lse_name(text), lse)
+        write_atomic(rows, block)
         pause(f"rows_written:{text}")
         write_atomic(meta, json.dumps({"text": text, "rows": int(block.shape[0]), **stats}, sort_keys=True).encode())
 
