@@ -121,7 +121,7 @@ def _read_hashes(path: Path, whole: bool, tensors: list | None) -> tuple[str | N
     return (whole_h.hexdigest() if whole_h is not None else None), {n: h.hexdigest() for n, h in hashers.items()}
 
 
-def _tensor_lines(entries: list[tuple[str, str, tuple, str]]) -> str:
+def _tensors_sha256(entries: list[tuple[str, str, tuple, str]]) -> str:
     """sha256 over ``name<TAB>dtype<TAB>shape<TAB>sha256(bytes)`` lines in tensor-name order."""
     lines = "".join(f"{name}\t{dtype}\t{list(shape)}\t{sha}\n" for name, dtype, shape, sha in sorted(entries))
     return hashlib.sha256(lines.encode()).hexdigest()
@@ -150,6 +150,6 @@ def weights_record(where: str | os.PathLike) -> dict | None:
         files[p.name] = {"sha256": oid or whole, "from": "lfs oid" if oid else "hashed"}
         if by_tensor:
             entries.extend((name, dtype, shape, hashes[name]) for name, dtype, shape, _, _ in tensors)
-    return {"weights_sha256": _tensor_lines(entries) if by_tensor else
+    return {"weights_sha256": _tensors_sha256(entries) if by_tensor else
             combined_sha256({n: f["sha256"] for n, f in files.items()}),
             "weights_hashed": "tensors" if by_tensor else "files", "weight_files": files}
