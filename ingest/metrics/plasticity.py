@@ -186,20 +186,89 @@ def shrunk_moments(Qb: np.ndarray, with_empirical: bool = False):
     rows' squared norms: ``Σᵢ‖xᵢxᵢᵀ − S‖²_F = Σᵢ‖xᵢ‖⁴ − n‖S‖²_F``, so one ``n × d²`` product instead of
     scikit-learn's three.
     """
-    n, d = Qb.shape
+    n = Qb.shape[0]
     mean = Qb.mean(axis=0)
     X = Qb - mean
     S = (X.T @ X) / n
-    mu = float(np.trace(S)) / d
     sq = np.einsum("ij,ij->i", X, X)
+    cov = _ledoit_wolf(S, float(sq @ sq) / n, n)
+    return (mean, cov, S) if with_empirical else (mean, cov)
+
+
+def _ledoit_wolf(S: np.ndarray, fourth: float, n: int) -> np.ndarray:
+    """Ledoit and Wolf's shrunk covariance from the empirical one ``S`` and ``fourth`` = the mean of ``‖xᵢ − x̄‖⁴``."""
+    d = S.shape[0]
+    mu = float(np.trace(S)) / d
     s_norm2 = float(np.einsum("ij,ij->", S, S))
-    beta = (float(sq @ sq) / n - s_norm2) / (d * n)
+    beta = (fourth - s_norm2) / (d * n)
     delta = (s_norm2 - 2.0 * mu * float(np.trace(S)) + d * mu * mu) / d
     beta = min(beta, delta)
     shrinkage = 0.0 if beta == 0 else beta / delta
     cov = (1.0 - shrinkage) * S
     cov[np.diag_indices(d)] += shrinkage * mu
-    return (mean, cov, S) if with_empirical else (mean, cov)
+    return cov
+
+
+@dataclass(frozen=True)
+class RunMoments:
+    """Moments of consecutive runs of one head's queries, from which any bin made of whole runs gets its own.
+
+    A head's bins overlap (each length bin spans several deciles), so their moments are summed from
+    runs, the pieces both kinds of bin edges cut the position-sorted queries into: each query is read
+    once, not once per bin it falls in. Each run keeps its size, mean, scatter ``Σ bbᵀ`` about its
+    own mean (``b = x − m``), ``Σ ‖b‖⁴`` and ``Σ ‖b‖²·b``; Chan et al.'s pairwise update (the
+    parallel-axis theorem, and its fourth-moment analogue for the Ledoit–Wolf shrinkage) gives the
+    union's mean, scatter and ``Σ ‖x − x̄‖⁴`` exactly in exact arithmetic, every term centred.
+    """
+
+    edges: np.ndarray  # row where each run starts, then where the last ends
+    n: np.ndarray
+    mean: np.ndarray  # (runs, d)
+    scatter: np.ndarray  # (runs, d, d)
+    fourth: np.ndarray  # (runs,)
+    third: np.ndarray  # (runs, d)
+
+    @classmethod
+    def of(cls, X: np.ndarray, edges) -> "RunMoments":
+        """The runs ``X[edges[r]:edges[r + 1]]`` of the rows of ``X`` (ascending edges, none empty)."""
+        edges = np.asarray(edges, np.int64)
+        k, d = edges.size - 1, X.shape[1]
+        n = np.diff(edges)
+        if k < 1 or np.any(n <= 0):
+            raise ValueError(f"runs need ascending edges with no empty run, got {edges.tolist()}")
+        mean, scatter = np.empty((k, d)), np.empty((k, d, d))
+        fourth, third = np.empty(k), np.empty((k, d))
+        for r in range(k):  # (a handful of runs a head: each one BLAS product)
+            Xr = X[edges[r]:edges[r + 1]]
+            mean[r] = Xr.mean(axis=0)
+            B = Xr - mean[r]
+            scatter[r] = B.T @ B
+            a = np.einsum("ij,ij->i", B, B)
+            fourth[r] = a @ a
+            third[r] = a @ B
+        return cls(edges, n, mean, scatter, fourth, third)
+
+    def moments(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The mean, Ledoit–Wolf-shrunk and empirical covariance of rows ``[lo, hi)``, two of the runs' edges.
+
+        Tested equal to :func:`shrunk_moments` of those rows (to round-off).
+        """
+        i, j = np.searchsorted(self.edges, [lo, hi])
+        if i >= j or self.edges[i] != lo or self.edges[j] != hi:
+            raise ValueError(f"rows [{lo}, {hi}) are not whole runs of {self.edges.tolist()}")
+        n_r = self.n[i:j].astype(np.float64)
+        n = float(n_r.sum())
+        mean = (n_r @ self.mean[i:j]) / n
+        c = self.mean[i:j] - mean  # each run's mean about the union's
+        e = np.einsum("ij,ij->i", c, c)
+        Mc = np.einsum("rij,rj->ri", self.scatter[i:j], c)
+        M = self.scatter[i:j].sum(axis=0) + (c.T * n_r) @ c
+        # Σ‖b + c‖⁴ = Σ‖b‖⁴ + 4cᵀMc + n e² + 4 c·Σ‖b‖²b + 2e·tr(M) (Σ b = 0 drops the rest)
+        tr = np.trace(self.scatter[i:j], axis1=1, axis2=2)
+        fourth = float((self.fourth[i:j] + 4.0 * np.einsum("ri,ri->r", c, Mc) + n_r * e * e
+                        + 4.0 * np.einsum("ri,ri->r", c, self.third[i:j]) + 2.0 * e * tr).sum())
+        S = M / n
+        return mean, _ledoit_wolf(S, fourth / n, int(n)), S
 
 
 @dataclass(frozen=True)
@@ -264,22 +333,73 @@ def thesis_pp(frame: DriftFrame, mean: np.ndarray, cov: np.ndarray, tau: float, 
     return _normal_pp(m, v, scale)
 
 
-def bin_estimates(Qb: np.ndarray, sample: np.ndarray, delta: np.ndarray, frame: DriftFrame,
-                  tau: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each pair's PP by the three estimators for one bin, from one matrix product.
+_U32, _U64 = 2.0 ** -24, 2.0 ** -53  # unit round-offs
+
+
+def sign_sums(sample: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """``Σ_i sign(q_iᵀδ)`` for each pair δ: the empirical estimator's counts, with float64's signs, at float32's cost.
+
+    The comparison is a ``pairs × queries × d`` product of which only the signs count. It is taken in
+    float32 (half float64's cost), each query scaled to unit length and each δ so that its error
+    bound is 1 (positive scales: no sign changes), and every entry within ±1 is computed again in
+    float64. The bound is the worst case of both products' round-off, whatever the summation order,
+    fused or not (Higham's ``γ_d``, plus rounding the inputs to float32): ``((d + 3)·u₃₂ + d·u₆₄)·‖δ‖``
+    with a 1 % margin, which also covers float32's flushed subnormals. Beyond it the float32 sign is
+    the exact product's, and so is float64's, which errs by at most its own part of the bound; within
+    it float64 decides. So the sums are float64's, whatever the data: tested equal on ties and on
+    entries built to sit between the two precisions.
+
+    Returns
+    -------
+    float64 array (pairs,) of sign sums, integers.
+    """
+    sample = np.asarray(sample, np.float64)
+    delta = np.asarray(delta, np.float64)
+    n_s, d = sample.shape
+    norm_q = np.sqrt(np.einsum("ij,ij->i", sample, sample))
+    norm_d = np.sqrt(np.einsum("ij,ij->i", delta, delta))
+    lengths = np.concatenate([norm_q, norm_d])
+    used = lengths[lengths > 0]
+    if not (np.all(np.isfinite(lengths)) and (used.size == 0 or (used.min() > 1e-200 and used.max() < 1e200))):
+        return np.sign(delta @ sample.T).sum(axis=1)  # (beyond float32's reach once scaled: float64 throughout)
+    bound = 1.01 * ((d + 3) * _U32 + d * _U64)
+    scale = np.divide(1.0, bound * norm_d, out=np.zeros_like(norm_d), where=norm_d > 0)
+    d32 = np.empty(delta.shape, np.float32)
+    np.multiply(delta, scale[:, None], out=d32, casting="same_kind")
+    q32 = (sample / np.where(norm_q > 0, norm_q, 1.0)[:, None]).astype(np.float32)
+    G = d32 @ q32.T
+    # (bools summed as bytes: numpy's count_nonzero along rows this short costs twice as much)
+    pos = (G > 1.0).view(np.uint8).sum(axis=1, dtype=np.int64)
+    neg = (G < -1.0).view(np.uint8).sum(axis=1, dtype=np.int64)
+    sums = (pos - neg).astype(np.float64)
+    rows = np.flatnonzero(pos + neg < n_s)  # (a few a bin: entries too close to zero for float32 to decide)
+    if rows.size:
+        r, qi = np.nonzero(np.abs(G[rows]) <= 1.0)
+        pi = rows[r]
+        sums += np.bincount(pi, weights=np.sign(np.einsum("ij,ij->i", delta[pi], sample[qi])),
+                            minlength=delta.shape[0])
+    return sums
+
+
+def bin_estimates(Qb: np.ndarray | None, sample: np.ndarray, delta: np.ndarray, frame: DriftFrame,
+                  tau: float, moments: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair's PP by the three estimators for one bin, from two matrix products.
 
     The same numbers as :func:`empirical_pp` (over ``sample``), :func:`gaussian_pp` (the bin's
     shrunk moments) and :func:`thesis_pp` (its unshrunk covariance), tested equal: the pairs meet
-    the covariance, the sampled queries, the mean and the reflection's vector in one
-    ``pairs × d × (2d + 2)`` product instead of four passes, so a bin costs one product and a few
-    element-wise passes (issue 48; docs/benchmarks.md).
+    the covariance, the mean and the reflection's vector in one ``pairs × d × (d + 2)`` product, and
+    the sampled queries in :func:`sign_sums`' float32 one (float64's signs), so a bin costs two
+    products and a few element-wise passes (issue 48; docs/benchmarks.md).
 
     Parameters
     ----------
-    Qb : (n, d) the bin's queries (the Gaussian and thesis moments).
+    Qb : (n, d) the bin's queries (the Gaussian and thesis moments); None when ``moments`` are given.
     sample : (n_s, d) the queries the empirical estimator compares, n_s ≥ 2.
     delta : (pairs, d) the pairs' key differences.
     frame : the head's :class:`DriftFrame`; tau the bin's mean query position.
+    moments : the bin's mean, shrunk and empirical covariance (:func:`shrunk_moments` with
+        ``with_empirical``, or :meth:`RunMoments.moments`), when the caller has them.
 
     Returns
     -------
@@ -288,22 +408,21 @@ def bin_estimates(Qb: np.ndarray, sample: np.ndarray, delta: np.ndarray, frame: 
     n_s, d = sample.shape
     if n_s < 2:
         raise ValueError(f"the empirical estimator needs at least 2 queries, got {n_s}")
-    mean, cov, S = shrunk_moments(Qb, with_empirical=True)
+    mean, cov, S = shrunk_moments(Qb, with_empirical=True) if moments is None else moments
     u = frame.u
-    R = np.empty((d, d + n_s + 2))
+    R = np.empty((d, d + 2))
     R[:, :d] = cov
-    R[:, d:d + n_s] = sample.T
-    R[:, d + n_s] = mean
-    R[:, d + n_s + 1] = u
+    R[:, d] = mean
+    R[:, d + 1] = u
     G = delta @ R
     # empirical: p̂ = (n + Σ sign(qᵀδ)) / 2n is the share with qᵀδ > 0, ties ½ (integers: exact)
-    p = (n_s + np.sign(G[:, d:d + n_s]).sum(axis=1)) / (2.0 * n_s)
+    p = (n_s + sign_sums(sample, delta)) / (2.0 * n_s)
     pp_e = 4.0 * p * (1.0 - p) * n_s / (n_s - 1.0)
     sq = np.einsum("ij,ij->i", delta, delta)
     v_g = np.einsum("ij,ij->i", G[:, :d], delta)
-    pp_g = _normal_pp(G[:, d + n_s], v_g, sq * max(float(np.trace(cov)) / max(d, 1), 1e-300))
+    pp_g = _normal_pp(G[:, d], v_g, sq * max(float(np.trace(cov)) / max(d, 1), 1e-300))
     # thesis: δ̃ = Hδ from δᵀu (the product's last column); the frame's first coordinate follows position
-    dt = delta - 2.0 * np.outer(G[:, d + n_s + 1], u)
+    dt = delta - 2.0 * np.outer(G[:, d + 1], u)
     su = S @ u
     var = np.diagonal(S) - 4.0 * u * su + 4.0 * u * u * float(u @ su)
     w_m = mean - 2.0 * float(mean @ u) * u
@@ -379,8 +498,11 @@ def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarr
     # the queries in position order once: a bin's are a slice (a view) for its moments
     by_pos = np.argsort(t_q, kind="stable")
     Q_pos, t_pos = Q[by_pos], t_q[by_pos]
-    for b in bins:
-        lo_i, hi_i = np.searchsorted(t_pos, [b.lo, b.hi], side="left")
+    rows = np.searchsorted(t_pos, [[b.lo, b.hi] for b in bins], side="left")
+    # the moments of every bin with a value, from runs cut at every such bin's edges: each query read once
+    valued = rows[rows[:, 1] - rows[:, 0] >= MIN_QUERIES]
+    runs = RunMoments.of(Q_pos, np.unique(valued)) if valued.size else None
+    for b, (lo_i, hi_i) in zip(bins, rows.tolist()):
         n = int(hi_i - lo_i)
         sel = np.sort(by_pos[lo_i:hi_i])  # (the bin's queries in the head's order: what the sample draws from)
         nan = {e: math.nan for e in ESTIMATORS}
@@ -395,11 +517,10 @@ def head_plasticity(Q: np.ndarray, t_q: np.ndarray, K: np.ndarray, t_k: np.ndarr
             results.append(BinResult(b, tau, n, 0, nan, "no key pair before its queries"))
             continue
         delta = K[a] - K[c]
-        Qb = Q_pos[lo_i:hi_i]
-        sample = Qb
+        sample = Q_pos[lo_i:hi_i]
         if max_queries is not None and n > max_queries:  # (the k-th query of the bin in the head's order)
             sample = Q[sel[np.sort(rng.choice(n, size=max_queries, replace=False))]]
-        pp_e, pp_g, pp_t = bin_estimates(Qb, sample, delta, frame, tau)
+        pp_e, pp_g, pp_t = bin_estimates(None, sample, delta, frame, tau, moments=runs.moments(lo_i, hi_i))
         results.append(BinResult(b, tau, n, int(a.size),
                                  {"empirical": float(pp_e.mean()), "gaussian": float(pp_g.mean()),
                                   "thesis": float(pp_t.mean())}))

@@ -319,3 +319,74 @@ def test_a_key_heads_shared_prefix_gives_each_query_head_its_own_slopes():
         assert np.array_equal(alone[1], shared[1])
         assert np.array_equal(np.isnan(alone[0]), np.isnan(shared[0]))
         assert np.nanmax(np.abs(alone[0] - shared[0])) == 0.0
+
+
+# --------------------------------------------------------------- float32 signs, moments from runs (issue 48)
+
+
+def _between_precisions(rng, n_pairs=300, n_q=40, d=64):
+    """Queries and pair differences where many products sit within float32's round-off of zero (and some are 0)."""
+    sample = rng.normal(size=(n_q, d)) + 3.0
+    delta = rng.normal(size=(n_pairs, d))
+    q = sample[rng.integers(0, n_q, n_pairs)]
+    # each δ made almost orthogonal to one query: q·δ of the order of 1e-9 of ‖q‖‖δ‖, either sign
+    delta -= ((delta @ q.T).diagonal() / (q * q).sum(axis=1))[:, None] * q
+    delta += rng.choice([-1.0, 1.0], n_pairs)[:, None] * 1e-9 * q / np.linalg.norm(q, axis=1)[:, None]
+    delta[:5] = 0.0  # (duplicate keys: every product exactly 0, a tie)
+    sample[0] = 0.0  # (a zero query: ties with every pair)
+    return sample, delta
+
+
+def test_float32_signs_are_float64s_even_where_float32_alone_gets_them_wrong():
+    rng = np.random.default_rng(31)
+    for _ in range(3):
+        sample, delta = _between_precisions(rng)
+        want = np.sign(delta @ sample.T).sum(axis=1)
+        got = pl.sign_sums(sample, delta)
+        assert np.array_equal(got, want)
+        # (the data reach the fallback: float32 on its own disagrees with float64 on some pairs)
+        alone = np.sign(delta.astype(np.float32) @ sample.T.astype(np.float32)).sum(axis=1)
+        assert not np.array_equal(alone, want)
+    # integer coordinates: exact zeros (ties) everywhere float64 finds them
+    Q = rng.integers(-2, 3, size=(50, 8)).astype(float)
+    D = rng.integers(-2, 3, size=(400, 8)).astype(float)
+    assert np.array_equal(pl.sign_sums(Q, D), np.sign(D @ Q.T).sum(axis=1))
+
+
+@pytest.mark.parametrize("scale", [1e-250, 1e-30, 1e30, 1e250])
+def test_float32_signs_hold_at_any_scale_of_the_vectors(scale):
+    # (beyond float32's range once scaled, the product is taken in float64 throughout)
+    sample, delta = _between_precisions(np.random.default_rng(32))
+    assert np.array_equal(pl.sign_sums(sample * scale, delta / scale), np.sign(delta @ sample.T).sum(axis=1))
+    assert np.array_equal(pl.sign_sums(sample, delta * scale), np.sign((delta * scale) @ sample.T).sum(axis=1))
+
+
+def test_the_empirical_estimator_is_unchanged_when_its_product_sits_between_precisions():
+    sample, delta = _between_precisions(np.random.default_rng(33))
+    frame = pl.drift_frame(sample, np.arange(len(sample), dtype=float))
+    e, _, _ = pl.bin_estimates(sample, sample, delta, frame, 10.0)
+    assert np.array_equal(e, pl.empirical_pp(sample, delta))
+
+
+def test_a_bins_moments_from_runs_are_its_own():
+    # every union of consecutive runs against shrunk_moments of its rows, on drifting queries far from
+    # the origin (the runs' means differ: the parallel-axis terms carry the drift)
+    rng = np.random.default_rng(34)
+    for n, d in ((900, 16), (300, 48)):
+        t = np.sort(rng.uniform(0, 4000, n))
+        X = rng.normal(size=(n, d)) * rng.uniform(0.5, 3.0, d) + 50.0
+        X[:, 0] += 0.02 * t
+        edges = np.unique(np.concatenate([[0, n], rng.choice(np.arange(1, n), 6, replace=False)]))
+        runs = pl.RunMoments.of(X, edges)
+        for i in range(len(edges) - 1):
+            for j in range(i + 1, len(edges)):
+                lo, hi = edges[i], edges[j]
+                mean, cov, S = runs.moments(lo, hi)
+                want_mean, want_cov, want_S = pl.shrunk_moments(X[lo:hi], with_empirical=True)
+                assert mean == pytest.approx(want_mean, rel=1e-13)
+                assert S == pytest.approx(want_S, rel=1e-9, abs=1e-12 * np.abs(want_S).max())
+                assert cov == pytest.approx(want_cov, rel=1e-9, abs=1e-12 * np.abs(want_cov).max())
+    with pytest.raises(ValueError, match="not whole runs"):
+        runs.moments(int(edges[0]) + 1, int(edges[-1]))
+    with pytest.raises(ValueError, match="no empty run"):
+        pl.RunMoments.of(X, [0, 5, 5, 10])
