@@ -347,6 +347,8 @@ def test_float32_signs_are_float64s_even_where_float32_alone_gets_them_wrong():
         # (the data reach the fallback: float32 on its own disagrees with float64 on some pairs)
         alone = np.sign(delta.astype(np.float32) @ sample.T.astype(np.float32)).sum(axis=1)
         assert not np.array_equal(alone, want)
+    # every pair a tie (repeated keys, as a model without RoPE gives on repeated tokens)
+    assert np.array_equal(pl.sign_sums(sample, np.zeros_like(delta)), np.zeros(len(delta)))
     # integer coordinates: exact zeros (ties) everywhere float64 finds them
     Q = rng.integers(-2, 3, size=(50, 8)).astype(float)
     D = rng.integers(-2, 3, size=(400, 8)).astype(float)
