@@ -187,12 +187,17 @@ def shrunk_moments(Qb: np.ndarray, with_empirical: bool = False):
     scikit-learn's three.
     """
     n = Qb.shape[0]
-    mean = Qb.mean(axis=0)
-    X = Qb - mean
-    S = (X.T @ X) / n
-    sq = np.einsum("ij,ij->i", X, X)
+    mean, _, M, sq = _centred(Qb)
+    S = M / n
     cov = _ledoit_wolf(S, float(sq @ sq) / n, n)
     return (mean, cov, S) if with_empirical else (mean, cov)
+
+
+def _centred(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows' mean, the rows about it ``B``, their scatter ``BᵀB`` (one BLAS product) and squared norms."""
+    mean = X.mean(axis=0)
+    B = X - mean
+    return mean, B, B.T @ B, np.einsum("ij,ij->i", B, B)
 
 
 def _ledoit_wolf(S: np.ndarray, fourth: float, n: int) -> np.ndarray:
@@ -239,11 +244,7 @@ class RunMoments:
         mean, scatter = np.empty((k, d)), np.empty((k, d, d))
         fourth, third = np.empty(k), np.empty((k, d))
         for r in range(k):  # (a handful of runs a head: each one BLAS product)
-            Xr = X[edges[r]:edges[r + 1]]
-            mean[r] = Xr.mean(axis=0)
-            B = Xr - mean[r]
-            scatter[r] = B.T @ B
-            a = np.einsum("ij,ij->i", B, B)
+            mean[r], B, scatter[r], a = _centred(X[edges[r]:edges[r + 1]])
             fourth[r] = a @ a
             third[r] = a @ B
         return cls(edges, n, mean, scatter, fourth, third)
@@ -408,6 +409,8 @@ def bin_estimates(Qb: np.ndarray | None, sample: np.ndarray, delta: np.ndarray, 
     n_s, d = sample.shape
     if n_s < 2:
         raise ValueError(f"the empirical estimator needs at least 2 queries, got {n_s}")
+    if Qb is None and moments is None:
+        raise ValueError("bin_estimates needs the bin's queries Qb or their moments, got neither")
     mean, cov, S = shrunk_moments(Qb, with_empirical=True) if moments is None else moments
     u = frame.u
     R = np.empty((d, d + 2))

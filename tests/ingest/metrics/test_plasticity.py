@@ -275,6 +275,8 @@ def test_one_product_per_bin_gives_each_estimators_own_numbers():
         assert t == pytest.approx(pl.thesis_pp(frame, mean, S, 1234.5, delta), rel=1e-11, abs=1e-14)
     with pytest.raises(ValueError, match="at least 2 queries"):
         pl.bin_estimates(Q, Q[:1], delta, frame, 0.0)
+    with pytest.raises(ValueError, match="got neither"):
+        pl.bin_estimates(None, Q, delta, frame, 0.0)
 
 
 def test_a_key_index_draws_the_same_pairs_as_grouping_anew():
